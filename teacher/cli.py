@@ -1,0 +1,91 @@
+"""``tinyglot teacher train|eval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from .config import PRESETS
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tinyglot.cli import config_overrides
+    from tinyglot.config import to_dict
+
+    from .config import get_preset
+    from .train import train_teacher
+
+    preset = get_preset(args.preset, config_overrides(args))
+    if args.print_config:
+        Console().print_json(json.dumps(to_dict(preset)))
+    result = train_teacher(preset, args.out, data=args.data, tokenizer=args.tokenizer,
+                           preset_name=args.preset, resume=args.resume, progress=not args.no_progress)
+    if os.environ.get("RANK", "0") != "0":
+        return 0
+    best = "n/a" if result.best_dev_p1 is None else f"{100 * result.best_dev_p1:.1f}"
+    Console().print(f"trained {result.steps} steps in {result.seconds:.0f}s; best dev P@1 {best}; "
+                    f"teacher in {result.out_dir} (evaluate: tinyglot teacher eval --model {result.out_dir})")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tinyglot.cli import load_encoder_arg
+    from tinyglot.data.embedded import load_testset
+    from tinyglot.evaluation import compare, evaluate_bitext
+    from tinyglot.io import atomic_write_json
+
+    from .encoder import load_teacher
+
+    testset = load_testset(args.data)
+    name = str(args.data or "embedded test set")
+    teacher = load_teacher(args.model, which=args.which, device=args.device)
+    results = [
+        evaluate_bitext(teacher, testset, margin=args.margin, model_name=f"teacher ({args.which})",
+                        testset_name=name),
+        evaluate_bitext(load_encoder_arg("tfidf"), testset, margin=args.margin, model_name="tfidf",
+                        testset_name=name),
+    ]
+    console = Console()
+    console.print(compare(results))
+    out = args.json or Path(args.model) / "eval.json"
+    atomic_write_json(out, {"results": [r.to_dict() for r in results]})
+    console.print(f"wrote {out}")
+    return 0
+
+
+def register(sub) -> None:
+    teacher = sub.add_parser(
+        "teacher", help="train or evaluate an EMS teacher",
+        description="EMS teacher: a dual encoder trained from scratch on parallel sentences with "
+                    "cross-lingual token reconstruction (XTR) and a contrastive loss.")
+    tsub = teacher.add_subparsers(dest="teacher_command", metavar="ACTION", required=True)
+    p = tsub.add_parser(
+        "train", help="train a teacher (vocabulary first if no --tokenizer)",
+        description="Train an EMS teacher. Presets: " + ", ".join(PRESETS) + ". Data-parallel: "
+                    "torchrun --nproc_per_node K -m tinyglot teacher train ...",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="ems-small")
+    p.add_argument("--data", type=Path, default=None, help="corpus file or folder (default: embedded corpus)")
+    p.add_argument("--tokenizer", type=Path, default=None, help="existing tokenizer.model (default: train one)")
+    p.add_argument("--out", type=Path, default=Path("runs/teacher"), help="run folder")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to metrics.jsonl)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config first")
+    from tinyglot.cli import add_config_options
+
+    add_config_options(p)
+    p.set_defaults(func=cmd_train)
+    p = tsub.add_parser("eval", help="P@1 per language of a trained teacher next to the TF-IDF baseline")
+    p.add_argument("--model", type=Path, default=Path("runs/teacher"), help="teacher run folder")
+    p.add_argument("--data", type=Path, default=None, help="test set (default: embedded test set)")
+    p.add_argument("--which", choices=["best", "last"], default="best")
+    p.add_argument("--margin", action="store_true", help="ratio-margin scoring (k=4)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", type=Path, default=None, help="JSON output (default: MODEL/eval.json)")
+    p.set_defaults(func=cmd_eval)

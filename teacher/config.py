@@ -1,0 +1,117 @@
+"""EMS teacher configuration: model shape, training settings and named presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tinyglot.config import replace
+from tinyglot.errors import TinyglotError
+
+
+@dataclass
+class EMSModelConfig:
+    """Shape of the EMS dual encoder and switches for the paper's ablations (ems.md Table 13)."""
+
+    vocab_size: int = 8000
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    ffn_size: int = 1024
+    max_len: int = 120
+    dropout: float = 0.1
+    d_la: int = 128  # language-token embedding of the XTR head
+    d_cntrs: int = 128  # output of the contrastive MLP
+    temperature: float = 0.1  # contrastive softmax temperature
+    xtr: bool = True  # cross-lingual token-level reconstruction loss
+    contrastive: bool = True  # sentence-level contrastive loss
+    contrastive_mlp: bool = True  # the d -> d -> ReLU -> d_cntrs head (off: cosine on u directly)
+    lang_token: bool = True  # target-language embedding in the XTR head
+
+    def validate(self) -> None:
+        if not (self.xtr or self.contrastive):
+            raise TinyglotError("both losses are switched off", "keep model.xtr or model.contrastive on")
+        if self.hidden_size % self.num_heads:
+            raise TinyglotError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}",
+                "pick a head count that divides the hidden size",
+            )
+        if self.max_len < 2:
+            raise TinyglotError(f"max_len must be at least 2, got {self.max_len}")
+
+
+@dataclass
+class EMSTrainConfig:
+    """Optimisation, data and logging settings of a teacher run."""
+
+    batch_size: int = 128  # pairs per optimizer step and process (before grad_accum)
+    grad_accum: int = 1
+    lr: float = 5e-4
+    weight_decay: float = 1e-5
+    warmup_steps: int = 200
+    max_steps: int = 3000
+    clip_norm: float = 1.0
+    lang_temperature: float = 2.0  # language sampling p ~ (n_l/N)^(1/T)
+    dev_fraction: float = 0.02
+    dev_pairs_per_lang: int = 200
+    log_every: int = 10
+    eval_every: int = 250
+    save_every: int = 250
+    seed: int = 0
+    device: str = "auto"
+    amp: bool = True  # autocast on CUDA (bf16 where supported); no effect on CPU
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    # vocabulary (used when no tokenizer is given)
+    vocab_model_type: str = "unigram"
+    lowercase: bool = True
+    vocab_sentences: int = 200_000
+
+
+@dataclass
+class EMSPreset:
+    model: EMSModelConfig = field(default_factory=EMSModelConfig)
+    train: EMSTrainConfig = field(default_factory=EMSTrainConfig)
+
+
+def _paper() -> EMSPreset:
+    # ems.md section 4: 6 layers, hidden 1024, 16 heads, FFN 4096, 60k vocabulary, max 120 tokens,
+    # Adam lr 3e-4 with 10k warm-up steps, weight decay 1e-5, dropout 0.1, 152 pairs per batch.
+    return EMSPreset(
+        EMSModelConfig(vocab_size=60000, hidden_size=1024, num_layers=6, num_heads=16, ffn_size=4096),
+        EMSTrainConfig(batch_size=152, lr=3e-4, warmup_steps=10000, max_steps=300000,
+                       eval_every=5000, save_every=5000, dev_pairs_per_lang=1000,
+                       vocab_sentences=2_000_000),
+    )
+
+
+def _small() -> EMSPreset:
+    # Sized to train to a useful model on the embedded corpus on 2 CPU cores in well under an
+    # hour (measured numbers: benchmarks/teacher_throughput.py and the README).
+    return EMSPreset(
+        EMSModelConfig(vocab_size=8000, hidden_size=192, num_layers=3, num_heads=4, ffn_size=768),
+        EMSTrainConfig(batch_size=128, lr=7e-4, warmup_steps=150, max_steps=1500,
+                       eval_every=250, save_every=250),
+    )
+
+
+def _tiny() -> EMSPreset:
+    # For tests and smoke runs: trains in well under a minute on CPU.
+    return EMSPreset(
+        EMSModelConfig(vocab_size=2000, hidden_size=64, num_layers=2, num_heads=2, ffn_size=128,
+                       max_len=48, d_la=16, d_cntrs=32),
+        EMSTrainConfig(batch_size=32, lr=1e-3, warmup_steps=10, max_steps=60, eval_every=30,
+                       save_every=30, dev_pairs_per_lang=50, vocab_sentences=20000),
+    )
+
+
+PRESETS = {"ems-paper": _paper, "ems-small": _small, "ems-tiny": _tiny}
+
+
+def get_preset(name: str, overrides: dict | None = None) -> EMSPreset:
+    """A named preset with optional ``{"model": {...}, "train": {...}}`` overrides."""
+    if name not in PRESETS:
+        raise TinyglotError(f"unknown teacher preset {name!r}", f"choose one of: {', '.join(PRESETS)}")
+    preset = PRESETS[name]()
+    if overrides:
+        preset = replace(preset, overrides)
+    preset.model.validate()
+    return preset

@@ -1,0 +1,53 @@
+"""Shared fixtures: a small real corpus cut from the embedded one, and a tokenizer trained on it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TINYGLOT_NO_PROGRESS", "1")
+os.environ.setdefault("USE_TF", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+TEST_LANGS = ("de", "fr", "ja", "ru")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    # CI machines have 2 cores: one intra-op thread keeps tests fast and deterministic.
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def small_pairs():
+    """300 real pairs per language for four languages (two scripts each side of Latin)."""
+    from tinyglot.data.embedded import load_pairs
+
+    out = []
+    for lang in TEST_LANGS:
+        out += [p for p in load_pairs(None) if p.lang == lang][:300]
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_corpus(small_pairs, tmp_path_factory) -> Path:
+    from tinyglot.data.embedded import write_jsonl
+
+    path = tmp_path_factory.mktemp("corpus") / "small.jsonl.gz"
+    write_jsonl(path, small_pairs)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer(small_pairs):
+    from tinyglot.tokenizer import Tokenizer
+
+    sentences = [s for p in small_pairs for s in (p.x, p.en)]
+    return Tokenizer.train(sentences, [*TEST_LANGS, "en"], vocab_size=1500, seed=0)

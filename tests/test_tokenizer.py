@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tinyglot.errors import TinyglotError
+from tinyglot.tokenizer import PAD_ID, Tokenizer
+
+
+def test_language_tokens_are_single_pieces(tokenizer):
+    assert tokenizer.languages == ("de", "en", "fr", "ja", "ru")
+    for lang in tokenizer.languages:
+        tid = tokenizer.lang_token_id(lang)
+        assert tokenizer.piece(tid) == f"<2{lang}>"
+        # user-defined symbols are never split, even inside text
+        assert tid in tokenizer.tokenize(f"hallo <2{lang}> welt")
+    # locale variants resolve to the same token
+    assert tokenizer.lang_token_id("de_DE") == tokenizer.lang_token_id("de")
+
+
+def test_missing_language_token_is_a_clear_error(tokenizer):
+    with pytest.raises(TinyglotError, match="no language token for 'zh'"):
+        tokenizer.lang_token_id("zh-CN")
+
+
+def test_round_trip_save_load(tokenizer, tmp_path):
+    path = tokenizer.save(tmp_path / "tok.model")
+    again = Tokenizer.load(path)
+    assert again.sha256 == tokenizer.sha256
+    assert again.vocab_size == tokenizer.vocab_size
+    s = ["Der Drucker ist nicht bereit.", "Правка документа", "ファイルを開く"]
+    assert np.array_equal(again.encode(s, 32).ids, tokenizer.encode(s, 32).ids)
+    # lower-casing is part of the model file: decode gives the lower-cased text back
+    assert tokenizer.decode(tokenizer.tokenize("Open The File")) == "open the file"
+
+
+def test_padding_truncation_and_mask(tokenizer):
+    batch = tokenizer.encode(["a", "open the file and save it as a new document please"], max_len=5)
+    assert batch.ids.shape == (2, 5)
+    assert batch.mask[0].sum() == len(tokenizer.tokenize("a"))
+    assert (batch.ids[batch.mask == 0] == PAD_ID).all()
+    assert batch.mask[1].sum() == 5
+    fixed = tokenizer.encode(["a"], max_len=7, pad_to="max_len")
+    assert fixed.ids.shape == (1, 7)
+
+
+def test_empty_sentence_is_an_error(tokenizer):
+    with pytest.raises(TinyglotError, match="sentence #1 is empty"):
+        tokenizer.encode(["ok", "   "], 8)
+
+
+def test_huge_input_is_cut_fast(tokenizer):
+    start = time.perf_counter()
+    batch = tokenizer.encode(["word " * 2_000_000], max_len=16)
+    assert batch.ids.shape == (1, 16)
+    assert time.perf_counter() - start < 5
+
+
+def test_bpe_and_case_option(small_pairs):
+    sentences = [s for p in small_pairs[:400] for s in (p.x, p.en)]
+    tok = Tokenizer.train(sentences, ["de", "en"], vocab_size=600, model_type="bpe", lowercase=False)
+    assert tok.decode(tok.tokenize("Open")) == "Open"
+    with pytest.raises(TinyglotError, match="model_type"):
+        Tokenizer.train(sentences, ["de"], model_type="wordpiece")
+
+
+def test_cjk_corpus_fits_small_vocabulary(small_pairs):
+    sentences = [p.x for p in small_pairs if p.lang == "ja"]
+    tok = Tokenizer.train(sentences, ["ja"], vocab_size=400)
+    assert tok.vocab_size <= 400 + 10
+
+
+def test_not_a_model_file(tmp_path):
+    bad = tmp_path / "tokenizer.model"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(TinyglotError, match="not a SentencePiece model"):
+        Tokenizer.load(bad)
+    with pytest.raises(TinyglotError, match="not found"):
+        Tokenizer.load(tmp_path / "missing.model")

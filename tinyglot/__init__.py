@@ -1,0 +1,28 @@
+"""tinyglot: turn a multilingual sentence encoder into a small, fast on-device model.
+
+The core (this package) holds the data readers, the SentencePiece tokenizer, the ``Encoder``
+protocol, evaluation and the CLI.  The stages install as subpackages: ``tinyglot.teacher``,
+``tinyglot.distill``, ``tinyglot.export`` and ``tinyglot.devices``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# transformers imports TensorFlow when it is installed (the [tf] extra); torch-only processes do
+# not need it, and importing it costs seconds and oversubscribes threads (see TOOLCHAIN.md).
+os.environ.setdefault("USE_TF", "0")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+from tinyglot.encoder import Encoder, l2_normalize  # noqa: E402
+from tinyglot.errors import TinyglotError  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["Encoder", "TinyglotError", "l2_normalize", "load", "__version__"]
+
+
+def load(path: str | os.PathLike[str]) -> Encoder:
+    """Open any tinyglot model folder (teacher run, student, exported bundle) as an ``Encoder``."""
+    from tinyglot.models import load_encoder
+
+    return load_encoder(path)

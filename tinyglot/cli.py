@@ -1,0 +1,225 @@
+"""The ``tinyglot`` command line: ``tinyglot data|teacher|eval ...``.
+
+User errors (:class:`~tinyglot.errors.TinyglotError`) print one message and exit with status 2,
+without a traceback.  Stages register their subcommands lazily so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from tinyglot.errors import TinyglotError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+# ------------------------------------------------------------------ shared options
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="TOML file with [model] and [train] tables overriding the preset")
+    p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE",
+                   help="override one setting, e.g. --set train.max_steps=500 --set model.num_layers=2")
+
+
+def config_overrides(args: argparse.Namespace) -> dict:
+    from tinyglot.config import parse_sets, read_toml
+
+    merged: dict = read_toml(args.config) if getattr(args, "config", None) else {}
+    for section, values in parse_sets(getattr(args, "sets", None)).items():
+        if isinstance(values, dict):
+            merged.setdefault(section, {}).update(values)
+        else:
+            merged[section] = values
+    return merged
+
+
+def load_encoder_arg(spec: str, device: str = "cpu"):
+    """``tfidf`` (the baseline, IDF fitted on the embedded corpus) or a tinyglot model folder."""
+    if spec == "tfidf":
+        from tinyglot.data.embedded import load_pairs
+        from tinyglot.evaluation.tfidf import TfidfEncoder
+
+        corpus = load_pairs(None)
+        return TfidfEncoder().fit([p.x for p in corpus] + [p.en for p in corpus])
+    from tinyglot.models import load_encoder
+
+    return load_encoder(spec, device=device)
+
+
+def print_and_save_result(result, json_path: Path | None) -> None:
+    console = _console()
+    console.print(result.to_table())
+    if json_path is not None:
+        result.write_json(json_path)
+        console.print(f"wrote {json_path}")
+
+
+# ------------------------------------------------------------------ data
+def cmd_data_stats(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from rich.table import Table
+
+    from tinyglot.data.embedded import load_pairs
+
+    pairs = load_pairs(args.input, lang=args.lang)
+    counts = Counter(p.lang for p in pairs)
+    table = Table(title=f"{args.input or 'embedded corpus'}: {len(pairs):,} pairs, {len(counts)} languages")
+    table.add_column("lang")
+    table.add_column("pairs", justify="right")
+    for lang, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        table.add_row(lang, f"{n:,}")
+    _console().print(table)
+    return 0
+
+
+def cmd_data_prepare(args: argparse.Namespace) -> int:
+    from tinyglot.data import CleanConfig, CleanStats, clean_pairs, read_corpus, train_dev_split
+    from tinyglot.data.embedded import write_jsonl
+
+    cfg = CleanConfig(min_chars=args.min_chars, max_chars=args.max_chars, max_len_ratio=args.max_ratio,
+                      per_lang_cap=args.cap)
+    stats = CleanStats()
+    pairs = list(clean_pairs(read_corpus(args.input, lang=args.lang), cfg, stats=stats))
+    if not pairs:
+        raise TinyglotError(f"no pairs left in {args.input} after cleaning ({stats.summary()})",
+                            "relax the filters (--min-chars, --max-chars, --max-ratio)")
+    train, dev = train_dev_split(pairs, dev_fraction=args.dev_fraction, seed=args.seed)
+    out = Path(args.out)
+    write_jsonl(out / "train.jsonl.gz", train)
+    write_jsonl(out / "dev.jsonl.gz", dev)
+    _console().print(f"cleaning: {stats.summary()}\nwrote {len(train):,} train and {len(dev):,} dev pairs to {out}")
+    return 0
+
+
+def cmd_data_vocab(args: argparse.Namespace) -> int:
+    from tinyglot.data.embedded import load_pairs
+    from tinyglot.tokenizer import Tokenizer
+
+    pairs = load_pairs(args.input, lang=args.lang)
+    langs = sorted({p.lang for p in pairs} | {"en"})
+    sentences = [s for p in pairs for s in (p.x, p.en)]
+    tok = Tokenizer.train(sentences, langs, vocab_size=args.vocab_size, model_type=args.model_type,
+                          lowercase=not args.keep_case, max_sentences=args.max_sentences, seed=args.seed)
+    tok.save(args.out)
+    _console().print(f"wrote {args.out}: {tok.vocab_size} pieces, language tokens for {', '.join(tok.languages)}")
+    return 0
+
+
+def cmd_data_build_embedded(args: argparse.Namespace) -> int:
+    from tinyglot.data.embedded import build_embedded
+
+    hashes = build_embedded(args.shared, args.out)
+    for name, digest in hashes.items():
+        _console().print(f"{name}  sha256 {digest}")
+    return 0
+
+
+# ------------------------------------------------------------------ eval
+def cmd_eval(args: argparse.Namespace) -> int:
+    from tinyglot.data.embedded import load_testset
+    from tinyglot.evaluation import evaluate_bitext
+
+    encoder = load_encoder_arg(args.model, args.device)
+    testset = load_testset(args.data, lang=args.lang)
+    result = evaluate_bitext(encoder, testset, batch_size=args.batch_size, margin=args.margin,
+                             model_name=args.model, testset_name=str(args.data or "embedded test set"))
+    print_and_save_result(result, args.json)
+    return 0
+
+
+# ------------------------------------------------------------------ parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tinyglot",
+        description="Turn a multilingual sentence encoder into a small, fast on-device model.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    # data
+    data = sub.add_parser("data", help="inspect, clean and split corpora; train vocabularies",
+                          description="Corpus tools. Formats: TSV, Moses pairs, JSONL, Tatoeba, gettext .po, TMX.")
+    dsub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    p = dsub.add_parser("stats", help="pairs per language of a corpus (default: the embedded corpus)")
+    p.add_argument("input", nargs="?", type=Path, help="corpus file or folder")
+    p.add_argument("--lang", help="language of the non-English side when the file name does not say")
+    p.set_defaults(func=cmd_data_stats)
+    p = dsub.add_parser("prepare", help="clean (dedup, length, ratio, copies), cap and split into train/dev")
+    p.add_argument("input", type=Path, help="corpus file or folder")
+    p.add_argument("--out", type=Path, required=True, help="folder for train.jsonl.gz and dev.jsonl.gz")
+    p.add_argument("--lang", help="language of the non-English side when the file name does not say")
+    p.add_argument("--min-chars", type=int, default=1)
+    p.add_argument("--max-chars", type=int, default=1000)
+    p.add_argument("--max-ratio", type=float, default=3.0, help="max character-length ratio of the two sides")
+    p.add_argument("--cap", type=int, default=None, help="at most this many pairs per language")
+    p.add_argument("--dev-fraction", type=float, default=0.02)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_data_prepare)
+    p = dsub.add_parser("vocab", help="train a SentencePiece vocabulary with one <2xx> token per language")
+    p.add_argument("input", nargs="?", type=Path, help="corpus file or folder (default: embedded corpus)")
+    p.add_argument("--out", type=Path, required=True, help="output .model file")
+    p.add_argument("--lang")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--model-type", choices=["unigram", "bpe"], default="unigram")
+    p.add_argument("--keep-case", action="store_true", help="do not lower-case (the paper lower-cases)")
+    p.add_argument("--max-sentences", type=int, default=300_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_data_vocab)
+    p = dsub.add_parser("build-embedded", help="rebuild the embedded corpus and test set from shared data")
+    p.add_argument("--shared", type=Path, required=True, help="the shared data folder (train.jsonl.gz, test/)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: inside the package)")
+    p.set_defaults(func=cmd_data_build_embedded)
+
+    # eval
+    p = sub.add_parser("eval", help="bitext retrieval P@1 of any encoder, per language and averaged",
+                       description="Tatoeba-style bitext retrieval: P@1 in both directions per language.")
+    p.add_argument("--model", required=True, help="'tfidf' (baseline) or a model folder (teacher run, student, bundle)")
+    p.add_argument("--data", type=Path, default=None, help="test set (default: the embedded test set)")
+    p.add_argument("--lang", help="language of a single-language test file whose name does not say")
+    p.add_argument("--margin", action="store_true", help="ratio-margin scoring (k=4) instead of cosine")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    p.add_argument("--json", type=Path, default=None, help="also write the result as JSON")
+    p.set_defaults(func=cmd_eval)
+
+    # stages
+    from tinyglot.teacher.cli import register as register_teacher
+
+    register_teacher(sub)
+    return parser
+
+
+def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.ArgumentParser]) -> int:
+    parser = parser_factory()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except TinyglotError as exc:
+        from rich.markup import escape
+
+        _console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        _console(stderr=True).print("interrupted: checkpoints are intact; rerun with --resume to continue")
+        return EXIT_INTERRUPTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(argv, build_parser)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Dataclass configs with named presets, overridable from a TOML file or ``--set key=value``."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+from types import UnionType
+from typing import Any, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from tinyglot.errors import TinyglotError
+
+T = TypeVar("T")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Convert a string (from --set) or TOML value to the field's type; clear error if impossible."""
+    args = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), str)
+    if value is None or (optional and isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        if optional:
+            return None
+        raise TinyglotError(f"{name} cannot be empty")
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        lowered = str(value).strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise TinyglotError(f"{name} must be true or false, got {value!r}")
+    if base in (int, float):
+        try:
+            number = base(value)
+        except (TypeError, ValueError):
+            raise TinyglotError(f"{name} must be a{'n integer' if base is int else ' number'}, got {value!r}") from None
+        if base is int and isinstance(value, float) and not value.is_integer():
+            raise TinyglotError(f"{name} must be an integer, got {value!r}")
+        return number
+    if base is str:
+        return str(value)
+    return value
+
+
+def replace(cfg: T, overrides: Mapping[str, Any], prefix: str = "") -> T:
+    """A copy of dataclass ``cfg`` with ``overrides`` applied; nested dataclasses take dicts.
+
+    Unknown keys are an error that lists the valid ones.
+    """
+    hints = get_type_hints(type(cfg))
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            raise TinyglotError(
+                f"unknown setting '{prefix}{key}'",
+                f"valid settings here: {', '.join(sorted(fields))}",
+            )
+        current = getattr(cfg, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, Mapping):
+                raise TinyglotError(f"{prefix}{key} is a section; give it as a table of settings")
+            changes[key] = replace(current, value, prefix=f"{prefix}{key}.")
+        else:
+            changes[key] = _coerce(prefix + key, value, hints[key])
+    return dataclasses.replace(cfg, **changes)
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    """Turn ``["model.hidden_size=128", "train.lr=1e-3"]`` into a nested dict."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise TinyglotError(f"--set {item!r} is not key=value", "write e.g. --set train.max_steps=500")
+        key, value = item.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise TinyglotError(f"config file not found: {path}", "check the path given to --config")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise TinyglotError(f"{path} is not valid TOML: {exc}", "fix the file (see README for an example)") from None
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
+    """Rebuild a (possibly nested) dataclass from :func:`to_dict` output."""
+    return replace(cls(), data)

@@ -1,0 +1,73 @@
+"""Data-parallel runs under ``torchrun`` (or ``accelerate launch``, which sets the same variables).
+
+A training command run by ``torchrun --nproc_per_node K`` finds RANK/WORLD_SIZE/LOCAL_RANK in its
+environment, joins a process group (NCCL on GPUs, gloo on CPUs), shards each global batch by
+rank and gathers contrastive negatives across processes with gradients.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def gather(self, t: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """All processes' rows of ``t`` (autograd flows back to each owner) and this rank's offset."""
+        if not self.enabled:
+            return t, 0
+        import warnings
+
+        from torch.distributed.nn.functional import all_gather
+
+        with warnings.catch_warnings():  # deprecated in favour of a private API; still correct
+            warnings.simplefilter("ignore", FutureWarning)
+            parts = all_gather(t.contiguous())
+        return torch.cat(parts, dim=0), self.rank * t.shape[0]
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def all_reduce_mean(self, value: float) -> float:
+        if not self.enabled:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t.item()) / self.world
+
+
+def init_distributed(device: torch.device) -> DistContext:
+    """Join the process group when launched by torchrun; a single-process context otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend)
+    if device.type == "cuda":
+        torch.cuda.set_device(local_rank)
+    return DistContext(rank=rank, world=world, local_rank=local_rank)
+
+
+def shutdown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,26 @@
+"""The one interface every model in tinyglot answers: sentences in, embeddings out."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Anything that turns sentences into L2-normalised float32 rows.
+
+    ``encode(sentences)`` returns an array of shape ``(len(sentences), dim)``, dtype float32,
+    each row of unit L2 norm.  Teachers, students, exported bundles and baselines all answer it,
+    so evaluation and benchmarks treat them alike.
+    """
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray: ...
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Return float32 rows of unit L2 norm (zero rows stay zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return (x / np.maximum(norms, eps)).astype(np.float32, copy=False)

@@ -1,0 +1,254 @@
+"""SentencePiece vocabulary shared by every stage (teacher, students, exported bundles).
+
+One ``.model`` file holds everything: the pieces, the normaliser (lower-casing is SentencePiece's
+``nmt_nfkc_cf`` case-folding rule, so it travels with the file) and one ``<2xx>`` user-defined
+symbol per language.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from tinyglot.errors import TinyglotError
+from tinyglot.io import atomic_write_bytes
+from tinyglot.languages import normalize_lang
+
+PAD_ID = 0
+UNK_ID = 1
+_LANG_PIECE = re.compile(r"^<2([a-z]{2,3})>$")
+
+
+def lang_piece(lang: str) -> str:
+    """The language token for a canonical language code, e.g. ``<2de>``."""
+    return f"<2{normalize_lang(lang)}>"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Token ids and attention mask, both int64 arrays of shape (batch, length)."""
+
+    ids: np.ndarray
+    mask: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.mask.sum(axis=1)
+
+
+class Tokenizer:
+    """A SentencePiece model with language tokens, padding and truncation."""
+
+    def __init__(self, model_proto: bytes) -> None:
+        import sentencepiece as spm
+
+        self._proto = bytes(model_proto)
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(self._proto)
+        except Exception as exc:  # sentencepiece raises plain RuntimeError/OSError
+            raise TinyglotError(
+                f"not a SentencePiece model ({exc})",
+                "pass the tokenizer.model file written by `tinyglot data vocab` or a training run",
+            ) from None
+        self.languages: tuple[str, ...] = tuple(
+            sorted(
+                m.group(1)
+                for i in range(self._sp.GetPieceSize())
+                if (m := _LANG_PIECE.match(self._sp.IdToPiece(i))) and self._sp.IsControl(i) is False
+            )
+        )
+
+    # ---------------------------------------------------------------- training / io
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        languages: Sequence[str],
+        vocab_size: int = 8000,
+        model_type: str = "unigram",
+        lowercase: bool = True,
+        character_coverage: float = 0.9995,
+        max_sentences: int = 300_000,
+        seed: int = 0,
+        num_threads: int | None = None,
+    ) -> "Tokenizer":
+        """Train a SentencePiece model on ``sentences`` (at most ``max_sentences`` are used).
+
+        ``vocab_size`` counts the language tokens too.  On a corpus too small for the requested
+        size the vocabulary is smaller (SentencePiece's soft limit) rather than failing.
+        """
+        import io
+
+        import sentencepiece as spm
+
+        if model_type not in ("unigram", "bpe"):
+            raise TinyglotError(f"unknown model_type {model_type!r}", "use 'unigram' or 'bpe'")
+        langs = sorted({normalize_lang(lang) for lang in languages})
+        if not langs:
+            raise TinyglotError("no languages given for the vocabulary", "pass the corpus languages")
+        symbols = [f"<2{lang}>" for lang in langs]
+        if vocab_size < len(symbols) + 100:
+            raise TinyglotError(
+                f"vocab_size {vocab_size} is too small for {len(symbols)} language tokens",
+                f"use at least {len(symbols) + 100}",
+            )
+        sample = [s for s in _take(sentences, max_sentences) if s.strip()]
+        if len(sample) < 10:
+            raise TinyglotError(
+                f"only {len(sample)} non-empty sentences to train a vocabulary on",
+                "give a corpus with at least a few hundred sentences",
+            )
+        # CJK scripts alone need thousands of characters: when they do not fit in a small
+        # vocabulary, lower the character coverage (rare characters become <unk>) and retry.
+        coverages = [c for c in (character_coverage, 0.999, 0.995, 0.99, 0.98, 0.95) if c <= character_coverage]
+        for coverage in coverages:
+            spm.set_random_generator_seed(seed)
+            model = io.BytesIO()
+            try:
+                spm.SentencePieceTrainer.train(
+                    sentence_iterator=iter(sample),
+                    model_writer=model,
+                    vocab_size=vocab_size,
+                    model_type=model_type,
+                    character_coverage=coverage,
+                    normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
+                    user_defined_symbols=symbols,
+                    pad_id=PAD_ID,
+                    unk_id=UNK_ID,
+                    bos_id=-1,
+                    eos_id=-1,
+                    hard_vocab_limit=False,
+                    shuffle_input_sentence=False,
+                    num_threads=num_threads or min(4, os.cpu_count() or 1),
+                    max_sentence_length=8192,
+                    minloglevel=2,
+                )
+                break
+            except RuntimeError as exc:
+                if "required_chars" not in str(exc):
+                    raise TinyglotError(f"SentencePiece training failed: {exc}") from None
+        else:
+            raise TinyglotError(
+                f"vocab_size {vocab_size} cannot hold the characters of this corpus",
+                "raise --vocab-size (CJK languages need a few thousand pieces)",
+            )
+        return cls(model.getvalue())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.model"
+        if not path.is_file():
+            raise TinyglotError(
+                f"tokenizer file not found: {path}",
+                "pass a tokenizer.model file, or a run folder that contains one",
+            )
+        return cls(path.read_bytes())
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model atomically (temporary file + rename)."""
+        path = Path(path)
+        atomic_write_bytes(path, self._proto)
+        return path
+
+    @property
+    def proto(self) -> bytes:
+        return self._proto
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self._proto).hexdigest()
+
+    # ---------------------------------------------------------------- vocabulary
+    @property
+    def vocab_size(self) -> int:
+        return int(self._sp.GetPieceSize())
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    def lang_token_id(self, lang: str) -> int:
+        """Id of ``<2xx>``; an error naming the known languages if the vocabulary lacks it."""
+        code = normalize_lang(lang)
+        if code not in self.languages:
+            raise TinyglotError(
+                f"the vocabulary has no language token for {code!r} (it has: {', '.join(self.languages)})",
+                "train a vocabulary that includes this language (tinyglot data vocab --languages ...)",
+            )
+        return int(self._sp.PieceToId(f"<2{code}>"))
+
+    def piece(self, token_id: int) -> str:
+        return str(self._sp.IdToPiece(int(token_id)))
+
+    def token_id(self, piece: str) -> int:
+        return int(self._sp.PieceToId(piece))
+
+    # ---------------------------------------------------------------- encoding
+    def tokenize(self, sentence: str) -> list[int]:
+        """Ids of one sentence, without padding or truncation."""
+        return list(self._sp.EncodeAsIds(sentence))
+
+    def encode_ids(self, sentences: Sequence[str], max_len: int) -> list[list[int]]:
+        """Ids per sentence, truncated to ``max_len``.  Empty sentences are an error."""
+        if max_len < 1:
+            raise TinyglotError(f"max_len must be >= 1, got {max_len}")
+        out: list[list[int]] = []
+        # A pathological 10 MB line is cut before SentencePiece sees it: max_len tokens never
+        # need more than a few dozen characters each.
+        char_budget = max_len * 32
+        for i, sentence in enumerate(sentences):
+            if not isinstance(sentence, str):
+                raise TinyglotError(
+                    f"sentence #{i} is a {type(sentence).__name__}, not a string", "pass a list of str"
+                )
+            ids = self._sp.EncodeAsIds(sentence[:char_budget])[:max_len]
+            if not ids:
+                raise TinyglotError(
+                    f"sentence #{i} is empty (or only whitespace): {sentence!r}",
+                    "drop empty strings before encoding",
+                )
+            out.append(ids)
+        return out
+
+    def encode(
+        self, sentences: Sequence[str], max_len: int = 128, pad_to: str = "longest"
+    ) -> Batch:
+        """Encode a batch: pad to the longest sentence (or to ``max_len``), truncate to ``max_len``."""
+        return self.pad(self.encode_ids(sentences, max_len), max_len, pad_to)
+
+    def pad(self, ids: Sequence[Sequence[int]], max_len: int, pad_to: str = "longest") -> Batch:
+        if pad_to not in ("longest", "max_len"):
+            raise TinyglotError(f"pad_to must be 'longest' or 'max_len', got {pad_to!r}")
+        width = max_len if pad_to == "max_len" else max((len(x) for x in ids), default=1)
+        arr = np.full((len(ids), width), PAD_ID, dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for row, seq in enumerate(ids):
+            seq = list(seq)[:width]
+            arr[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        return Batch(arr, mask)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._sp.DecodeIds([int(i) for i in ids if int(i) != PAD_ID]))
+
+
+def _take(items: Iterable[str], n: int) -> list[str]:
+    out = []
+    for item in items:
+        if len(out) >= n:
+            break
+        out.append(item)
+    return out

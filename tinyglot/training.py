@@ -1,0 +1,194 @@
+"""Training-loop plumbing shared by the teacher and the distillation recipes.
+
+Device and AMP selection, seeding, RNG state capture, atomic checkpoints that refuse to load into
+a different configuration, the warm-up/decay schedule, a JSONL metrics log and a progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from tinyglot.errors import CheckpointError, TinyglotError
+from tinyglot.io import atomic_path
+
+
+# ------------------------------------------------------------------ devices and precision
+def select_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA, then Apple MPS, then CPU; an explicit name must be available."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TinyglotError("device 'cuda' was asked for but no CUDA GPU is visible", "use --device cpu or auto")
+    return device
+
+
+def amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
+    """bf16 on GPUs that support it, else fp16; None (no autocast) on CPU or when disabled."""
+    if not enabled or device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+# ------------------------------------------------------------------ seeding and RNG state
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ------------------------------------------------------------------ schedule
+def warmup_linear_decay(optimizer: torch.optim.Optimizer, warmup: int, total: int):
+    """Linear warm-up from 0 to the base LR over ``warmup`` steps, then linear decay to 0 at ``total``."""
+
+    def factor(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# ------------------------------------------------------------------ checkpoints
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
+    """``torch.save`` through a temporary file and a rename: a kill never leaves half a file."""
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_checkpoint(path: str | Path, expect: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Load a checkpoint written by :func:`save_checkpoint` and check it fits ``expect``.
+
+    ``expect`` maps keys of the checkpoint's ``"meta"`` dict (kind, model config, tokenizer hash...)
+    to the values the caller needs; any difference is a :class:`CheckpointError` naming it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}", "check the path, or train without --resume")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # truncated zip, pickle garbage, ...
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted or not a tinyglot checkpoint ({type(exc).__name__}: {exc})",
+            "delete it and resume from another checkpoint, or train again",
+        ) from None
+    if not isinstance(payload, dict) or "meta" not in payload:
+        raise CheckpointError(f"{path} is not a tinyglot checkpoint", "pass a file written by tinyglot")
+    meta = payload["meta"]
+    for key, want in (expect or {}).items():
+        have = meta.get(key)
+        if have != want:
+            raise CheckpointError(
+                f"checkpoint {path} does not match this run: {key} differs\n"
+                f"  checkpoint: {_short(have)}\n  this run:   {_short(want)}",
+                "resume with the same preset/config and tokenizer, or start a new --out folder",
+            )
+    return payload
+
+
+def config_diff(a: dict, b: dict) -> list[str]:
+    keys = sorted(set(a) | set(b))
+    return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if isinstance(value, dict) else repr(value)
+    return text if len(text) < 300 else text[:300] + "..."
+
+
+# ------------------------------------------------------------------ logs and progress
+class MetricsLog:
+    """Append-only JSONL log of training and evaluation records."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past ``step`` (after a resume from an earlier checkpoint)."""
+        if not self.path.exists():
+            return
+        keep = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()
+                and json.loads(line).get("step", 0) <= step]
+        with atomic_path(self.path) as tmp:
+            tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass
+class Progress:
+    """A rich progress bar (steps, loss parts, pairs/s, ETA); silent when disabled or not a TTY."""
+
+    total: int
+    description: str = "training"
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        self._bar = None
+        if self.enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress,
+                                       TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+
+            self._bar = RichProgress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+                transient=False,
+                disable=os.environ.get("TINYGLOT_NO_PROGRESS") == "1",
+            )
+
+    @contextlib.contextmanager
+    def run(self, start: int = 0) -> Iterator["Progress"]:
+        if self._bar is None:
+            yield self
+            return
+        with self._bar:
+            self._task = self._bar.add_task(self.description, total=self.total, completed=start, info="")
+            yield self
+
+    def update(self, step: int, info: str = "") -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, info=info)
