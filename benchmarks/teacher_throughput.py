@@ -17,7 +17,7 @@ from tinyglot.data.clean import group_by_lang
 from tinyglot.data.embedded import load_pairs
 from tinyglot.teacher import EMSModel, get_preset
 from tinyglot.teacher.losses import bag_of_tokens, xtr_kl
-from tinyglot.teacher.train import PIVOT, build_tokenizer
+from tinyglot.batching import train_vocabulary
 
 
 def bench(preset_name: str, threads: int, steps: int, batch: int | None) -> dict:
@@ -26,7 +26,8 @@ def bench(preset_name: str, threads: int, steps: int, batch: int | None) -> dict
     if batch:
         preset.train.batch_size = batch
     grouped = group_by_lang(load_pairs(None))
-    tok = build_tokenizer(grouped, preset)
+    tc = preset.train
+    tok = train_vocabulary(grouped, preset.model.vocab_size, tc.vocab_sentences, tc.vocab_model_type, tc.lowercase)
     preset.model.vocab_size = tok.vocab_size
     data = tokenize_pairs(grouped, tok, preset.model.max_len)
     plan = BatchPlan(data, preset.train.batch_size, preset.train.lang_temperature, seed=0)
@@ -34,7 +35,7 @@ def bench(preset_name: str, threads: int, steps: int, batch: int | None) -> dict
     torch.manual_seed(0)
     model = EMSModel(preset.model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    en = tok.lang_token_id(PIVOT)
+    en = tok.lang_token_id("en")
     t = torch.from_numpy
     step_s, xtr_s, pairs, tokens = [], [], 0, 0
     for step in range(steps + 2):  # two warm-up steps

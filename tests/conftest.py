@@ -51,3 +51,15 @@ def tokenizer(small_pairs):
 
     sentences = [s for p in small_pairs for s in (p.x, p.en)]
     return Tokenizer.train(sentences, [*TEST_LANGS, "en"], vocab_size=1500, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher_dir(small_pairs, tokenizer, tmp_path_factory) -> Path:
+    """A real EMS teacher (ems-tiny, 30 steps) trained on the small corpus."""
+    from tinyglot.teacher import TeacherTrainer, get_preset
+
+    out = tmp_path_factory.mktemp("teacher") / "run"
+    preset = get_preset("ems-tiny", {"train": {"max_steps": 30, "eval_every": 30, "save_every": 30,
+                                               "batch_size": 16, "dev_fraction": 0.1}})
+    TeacherTrainer(preset, out, small_pairs, tokenizer, "ems-tiny", progress=False).train()
+    return out

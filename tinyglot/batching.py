@@ -8,15 +8,71 @@ takes its own slice of it.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
+import logging
+
 from tinyglot.data import Pair
-from tinyglot.data.clean import sampling_probs
+from tinyglot.data.clean import group_by_lang, sampling_probs, train_dev_split
 from tinyglot.errors import TinyglotError
 from tinyglot.tokenizer import Tokenizer
+
+
+log = logging.getLogger("tinyglot.data")
+PIVOT = "en"
+
+
+def split_train_dev(
+    pairs: list[Pair], dev_fraction: float, dev_pairs_per_lang: int, seed: int
+) -> tuple[dict[str, list[Pair]], dict[str, list[Pair]]]:
+    """Train/dev pairs grouped by language; an English sentence lands on one side only.
+
+    Dev keeps at most ``dev_pairs_per_lang`` pairs per language, and only languages with 10+.
+    """
+    if all(p.lang == PIVOT for p in pairs):
+        raise TinyglotError(
+            "the corpus holds only English-English pairs: there is nothing to align across languages",
+            "give a corpus of translation pairs (x in some language, en its English translation)",
+        )
+    pairs = [p for p in pairs if p.lang != PIVOT]
+    train, dev = train_dev_split(pairs, dev_fraction=dev_fraction, seed=seed)
+    train_g = group_by_lang(train)
+    if not train_g:
+        raise TinyglotError("no training pairs left after the train/dev split", "give a larger corpus")
+    if len(train_g) == 1:
+        log.warning("the corpus has one language besides English (%s): training a bilingual encoder",
+                    next(iter(train_g)))
+    dev_g = {lang: ps[:dev_pairs_per_lang] for lang, ps in group_by_lang(dev).items() if len(ps) >= 10}
+    return train_g, dev_g
+
+
+def train_vocabulary(
+    train: dict[str, list[Pair]], vocab_size: int, max_sentences: int, model_type: str = "unigram",
+    lowercase: bool = True, seed: int = 0,
+) -> Tokenizer:
+    """A SentencePiece vocabulary trained on a language-balanced sample of both sides."""
+    per_lang = max(1, max_sentences // (2 * len(train)))
+    rng = np.random.default_rng(seed)
+    sample: list[str] = []
+    for lang in sorted(train):
+        ps = train[lang]
+        for i in rng.permutation(len(ps))[:per_lang]:
+            sample += [ps[i].x, ps[i].en]
+    return Tokenizer.train(sample, languages=[*train, PIVOT], vocab_size=vocab_size, model_type=model_type,
+                           lowercase=lowercase, seed=seed)
+
+
+def check_tokenizer(tokenizer: Tokenizer, langs: list[str]) -> None:
+    missing = sorted(set(langs) - set(tokenizer.languages))
+    if missing:
+        raise TinyglotError(
+            f"the vocabulary lacks language tokens for: {', '.join(missing)} "
+            f"(it has {', '.join(tokenizer.languages) or 'none'})",
+            "train a new vocabulary (omit --tokenizer) or drop those languages from the corpus",
+        )
 
 
 @dataclass
@@ -27,6 +83,7 @@ class TokenizedPairs:
     x: list[list[np.ndarray]]  # x[lang_index][pair_index] -> int32 ids
     en: list[list[np.ndarray]]
     en_key: list[np.ndarray]  # 64-bit hash of the English side, to keep duplicates out of a batch
+    pairs: list[list[Pair]] = field(default_factory=list)  # the pairs kept, aligned with x / en
     truncated: int = 0
     fingerprint: str = ""
 
@@ -40,9 +97,9 @@ def tokenize_pairs(
     """Tokenise every pair (truncating to ``max_len``); pairs with an empty side are dropped."""
     langs = sorted(grouped)
     h = hashlib.sha256()
-    out = TokenizedPairs(langs=langs, x=[], en=[], en_key=[])
+    out = TokenizedPairs(langs=langs, x=[], en=[], en_key=[], pairs=[])
     for lang in langs:
-        xs, ens, keys = [], [], []
+        xs, ens, keys, kept = [], [], [], []
         for pair in grouped[lang]:
             xi, ei = tokenizer.tokenize(pair.x), tokenizer.tokenize(pair.en)
             if not xi or not ei:
@@ -53,7 +110,9 @@ def tokenize_pairs(
             digest = hashlib.blake2b(pair.en.casefold().encode("utf-8"), digest_size=8).digest()
             keys.append(int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF)
             h.update(f"{lang}\t{pair.x}\t{pair.en}\n".encode("utf-8"))
+            kept.append(pair)
         if xs:
+            out.pairs.append(kept)
             out.x.append(xs)
             out.en.append(ens)
             out.en_key.append(np.asarray(keys, dtype=np.int64))

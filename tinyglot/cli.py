@@ -194,9 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     # stages
+    from tinyglot.distill.cli import register as register_distill
     from tinyglot.teacher.cli import register as register_teacher
 
     register_teacher(sub)
+    register_distill(sub)
     return parser
 
 
@@ -219,6 +221,12 @@ def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.Argume
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run(argv, build_parser)
+
+
+def distill_main(argv: Sequence[str] | None = None) -> int:
+    """The bare ``distill`` command: ``distill --student lealla-small`` == ``tinyglot distill ...``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return main(["distill", *args])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,104 @@
+"""LEALLA student shapes, loss weights and training settings, with the paper's presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tinyglot.config import replace
+from tinyglot.errors import TinyglotError
+
+
+@dataclass
+class StudentConfig:
+    """A thin-deep BertModel student; its embedding dimension is ``hidden_size``."""
+
+    hidden_size: int = 128
+    num_layers: int = 24
+    num_heads: int = 8
+    ffn_size: int = 512
+    max_len: int = 120
+    dropout: float = 0.1
+    vocab_size: int = 0  # set from the tokenizer
+
+    def validate(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise TinyglotError(f"student hidden_size {self.hidden_size} is not divisible by num_heads "
+                                f"{self.num_heads}", "pick a head count that divides the hidden size")
+
+
+@dataclass
+class LossConfig:
+    """L = alpha * L_ams + beta * L_fd + gamma * L_ld (lealla.md eq. 5), each switchable."""
+
+    ams: bool = True
+    fd: bool = True
+    ld: bool = True
+    alpha: float = 1.0
+    beta: float = 1e3
+    gamma: float = 1e-2
+    margin: float = 0.3  # additive margin of the AMS loss (LaBSE)
+    scale: float = 20.0  # AMS logits are scale * cos (cosines alone give a too-flat softmax)
+    ld_temperature: float = 100.0
+
+
+@dataclass
+class DistillTrainConfig:
+    batch_size: int = 64
+    grad_accum: int = 1
+    lr: float = 5e-4  # lealla.md App. B: 5e-4 for hidden sizes <= 256
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    max_steps: int = 1000
+    clip_norm: float = 1.0
+    lang_temperature: float = 2.0
+    dev_fraction: float = 0.02
+    dev_pairs_per_lang: int = 200
+    log_every: int = 10
+    eval_every: int = 250
+    save_every: int = 250
+    seed: int = 0
+    device: str = "auto"
+    amp: bool = True
+    threads: int = 0
+    teacher_batch_size: int = 64
+
+
+@dataclass
+class DistillPreset:
+    student: StudentConfig = field(default_factory=StudentConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: DistillTrainConfig = field(default_factory=DistillTrainConfig)
+
+
+def _lealla(hidden: int, heads: int, ffn: int, beta: float) -> DistillPreset:
+    return DistillPreset(StudentConfig(hidden_size=hidden, num_layers=24, num_heads=heads, ffn_size=ffn),
+                         LossConfig(beta=beta))
+
+
+def _tiny() -> DistillPreset:
+    return DistillPreset(
+        StudentConfig(hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_len=48),
+        LossConfig(),
+        DistillTrainConfig(batch_size=16, warmup_steps=5, max_steps=40, eval_every=20, save_every=20,
+                           dev_pairs_per_lang=50, lr=1e-3),
+    )
+
+
+# lealla.md Table 2 / App. B: 24 layers; small 128/8/512, base 192/12/768, large 256/8/1024;
+# beta 1e3 for small and base, 1e4 for large; alpha 1, gamma 1e-2, T 100.
+PRESETS = {
+    "lealla-small": lambda: _lealla(128, 8, 512, 1e3),
+    "lealla-base": lambda: _lealla(192, 12, 768, 1e3),
+    "lealla-large": lambda: _lealla(256, 8, 1024, 1e4),
+    "lealla-tiny": _tiny,
+}
+
+
+def get_preset(name: str, overrides: dict | None = None) -> DistillPreset:
+    if name not in PRESETS:
+        raise TinyglotError(f"unknown student preset {name!r}", f"choose one of: {', '.join(PRESETS)}")
+    preset = PRESETS[name]()
+    if overrides:
+        preset = replace(preset, overrides)
+    preset.student.validate()
+    return preset

@@ -1,0 +1,139 @@
+"""LEALLA distillation: a thin-deep student learns from parallel pairs (AMS) and from a teacher's
+embeddings (feature distillation) and similarity matrices (logit distillation)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from tinyglot.batching import (PIVOT, BatchPlan, TokenizedPairs, check_tokenizer, split_train_dev,
+                               tokenize_pairs, train_vocabulary)
+from tinyglot.config import to_dict
+from tinyglot.data import Pair
+from tinyglot.errors import TinyglotError
+from tinyglot.evaluation import BitextResult, evaluate_bitext
+from tinyglot.models import TorchEncoder
+from tinyglot.tokenizer import Tokenizer
+from tinyglot.trainloop import TrainLoop
+from tinyglot.training import load_checkpoint, seed_everything, select_device
+
+from .cache import teacher_embeddings
+from .config import DistillPreset
+from .losses import ams_loss, feature_distillation, logit_distillation
+from .student import Student, save_student
+
+log = logging.getLogger("tinyglot.distill")
+
+
+@dataclass
+class DistillResult:
+    out_dir: Path
+    student_dir: Path
+    steps: int
+    seconds: float
+    best_dev_p1: float | None
+
+
+class LealLATrainer:
+    """A LEALLA run in ``out_dir``: ``last.pt``/``best.pt``/``metrics.jsonl`` while training,
+    ``student/`` (a loadable student folder) at the end."""
+
+    def __init__(self, preset: DistillPreset, out_dir: str | Path, pairs: list[Pair], teacher,
+                 teacher_identity: str, tokenizer: Tokenizer | None = None, preset_name: str = "custom",
+                 cache_dir: str | Path | None = None, vocab_size: int = 8000, resume: bool = False,
+                 progress: bool = True) -> None:
+        self.preset, self.preset_name, self.out = preset, preset_name, Path(out_dir)
+        self.resume, self.progress, self.teacher = resume, progress, teacher
+        tc = preset.train
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        self.device = select_device(tc.device)
+        if (self.out / "last.pt").exists() and not resume:
+            raise TinyglotError(f"{self.out} already holds a distillation run (last.pt)",
+                                "pass --resume to continue it, or choose another --out folder")
+        if resume and not (self.out / "last.pt").exists():
+            raise TinyglotError(f"--resume: no checkpoint in {self.out}", "run without --resume first")
+        self.out.mkdir(parents=True, exist_ok=True)
+        train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
+        tok_path = self.out / "tokenizer.model"
+        if tokenizer is None and tok_path.exists():
+            tokenizer = Tokenizer.load(tok_path)
+        if tokenizer is None:
+            tokenizer = train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed)
+        tokenizer.save(tok_path)
+        check_tokenizer(tokenizer, [*train_g, PIVOT])
+        self.tokenizer = tokenizer
+        preset.student.vocab_size = tokenizer.vocab_size
+        self.data: TokenizedPairs = tokenize_pairs(train_g, tokenizer, preset.student.max_len)
+        self.plan = BatchPlan(self.data, tc.batch_size, tc.lang_temperature, tc.seed)
+        # teacher embeddings of every distinct training sentence, cached on disk
+        index: dict[str, int] = {}
+        self.x_row = [np.array([index.setdefault(p.x, len(index)) for p in ps]) for ps in self.data.pairs]
+        self.en_row = [np.array([index.setdefault(p.en, len(index)) for p in ps]) for ps in self.data.pairs]
+        self.identity = teacher_identity
+        self.t_emb = teacher_embeddings(teacher, list(index), cache_dir or self.out / "teacher-cache",
+                                        identity=teacher_identity, batch_size=tc.teacher_batch_size,
+                                        progress=progress)
+        self.teacher_dim = int(self.t_emb.shape[1])
+        if preset.student.hidden_size > self.teacher_dim:
+            raise TinyglotError(
+                f"the student dimension {preset.student.hidden_size} is larger than the teacher's {self.teacher_dim}",
+                "distillation compresses: pick a smaller student (e.g. lealla-small, 128-d)",
+            )
+
+    def meta(self) -> dict:
+        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "loss": to_dict(self.preset.loss),
+                "tokenizer": self.tokenizer.sha256, "data": self.data.fingerprint, "teacher": self.identity,
+                "seed": self.preset.train.seed, "batch_size": self.preset.train.batch_size}
+
+    def encoder(self, model: Student) -> TorchEncoder:
+        return TorchEncoder(self.tokenizer, model.embed, self.preset.student.max_len, self.device, name="student")
+
+    def evaluate(self, model: Student) -> BitextResult | None:
+        if not self.dev:
+            return None
+        return evaluate_bitext(self.encoder(model), self.dev, batch_size=128, model_name="student",
+                               testset_name="dev")
+
+    def _micro_loss(self, model: Student, index: int) -> dict:
+        lc, mc = self.preset.loss, self.preset.student
+        rows = self.plan.batch(index)
+        xb, eb, _ = self.plan.tensors(rows, self.tokenizer, [0] * len(self.data.langs), mc.max_len)
+        t = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+        xs, ys = model.embed(t(xb.ids), t(xb.mask)), model.embed(t(eb.ids), t(eb.mask))
+        xr = np.array([self.x_row[li][pi] for li, pi in rows])
+        er = np.array([self.en_row[li][pi] for li, pi in rows])
+        xt = t(np.asarray(self.t_emb[xr], dtype=np.float32))
+        yt = t(np.asarray(self.t_emb[er], dtype=np.float32))
+        zero = xs.new_zeros(())
+        ams = ams_loss(xs, ys, lc.margin, lc.scale) if lc.ams else zero
+        fd = feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys)) if lc.fd else zero
+        ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature) if lc.ld else zero
+        loss = lc.alpha * ams + lc.beta * fd + lc.gamma * ld
+        parts = {k: float(v.detach()) for k, v in (("loss", loss), ("ams", ams), ("fd", fd), ("ld", ld))}
+        return {"loss": loss, "parts": parts, "pairs": len(rows)}
+
+    def train(self, on_step: Callable[[int], None] | None = None) -> DistillResult:
+        tc = self.preset.train
+        seed_everything(tc.seed)
+        model = Student(self.preset.student, self.teacher_dim if self.preset.loss.fd else None).to(self.device)
+        loop = TrainLoop(self.out, model, tc, self.device, self.meta(), f"distill {self.preset_name}",
+                         progress=self.progress)
+        if self.resume:
+            loop.resume()
+        result = loop.run(self._micro_loss, lambda: self.evaluate(model), on_step=on_step)
+        best = self.out / "best.pt"
+        if best.exists():
+            model.load_state_dict(load_checkpoint(best, expect={"kind": "lealla-run"})["model"])
+        model.eval()
+        student_dir = save_student(model.cpu(), self.tokenizer, self.out / "student", {
+            "preset": self.preset_name, "teacher": self.identity, "teacher_dim": self.teacher_dim,
+            "loss": to_dict(self.preset.loss), "train": to_dict(tc), "trained_steps": result.steps,
+            "best_dev_p1": result.best_dev_p1,
+        })
+        return DistillResult(self.out, student_dir, result.steps, result.seconds, result.best_dev_p1)

@@ -1,0 +1,127 @@
+"""``tinyglot distill``: the default teacher, a distillation run, and its report."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tinyglot.data.embedded import load_pairs, load_testset
+from tinyglot.errors import TinyglotError
+from tinyglot.evaluation import BitextResult, evaluate_bitext
+from tinyglot.io import atomic_write_json, atomic_write_text
+from tinyglot.models import read_model_config
+from tinyglot.tokenizer import Tokenizer
+
+from .config import get_preset
+
+DEFAULT_TEACHER_PRESET = "ems-small"
+
+
+def tinyglot_home() -> Path:
+    return Path(os.environ.get("TINYGLOT_HOME", Path.home() / ".cache" / "tinyglot")).expanduser()
+
+
+def default_teacher_dir() -> Path:
+    return tinyglot_home() / "teachers" / f"{DEFAULT_TEACHER_PRESET}-embedded"
+
+
+def teacher_is_complete(path: Path) -> bool:
+    """A finished teacher run: config says it trained all its steps and a checkpoint exists."""
+    try:
+        cfg = read_model_config(path)
+    except TinyglotError:
+        return False
+    done = cfg.get("trained_steps") is not None and cfg.get("trained_steps") == cfg.get("train", {}).get("max_steps")
+    return done and ((path / "best.pt").exists() or (path / "last.pt").exists())
+
+
+def ensure_default_teacher(say=print, progress: bool = True, preset: str = DEFAULT_TEACHER_PRESET) -> Path:
+    """The cached default teacher, trained on the embedded corpus first if there is none."""
+    from tinyglot.teacher import get_preset as teacher_preset
+    from tinyglot.teacher import train_teacher
+
+    path = default_teacher_dir()
+    if teacher_is_complete(path):
+        say(f"teacher: the cached default teacher {path}")
+        return path
+    resume = (path / "last.pt").exists()
+    say(f"teacher: no cached default teacher at {path}; {'resuming' if resume else 'training'} "
+        f"{preset} on the embedded corpus first (once; about 35 minutes on 2 CPU cores). "
+        f"Pass --teacher to use another one.")
+    train_teacher(teacher_preset(preset), path, preset_name=preset, resume=resume, progress=progress)
+    return path
+
+
+def teacher_tokenizer(spec: str) -> Tokenizer | None:
+    """A tinyglot teacher's own vocabulary (the student reuses it); None for other teachers."""
+    path = Path(spec)
+    return Tokenizer.load(path / "tokenizer.model") if (path / "tokenizer.model").is_file() else None
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def write_report(out: Path, results: list[BitextResult], info: dict) -> dict:
+    """``report.json`` and ``report.md``: P@1 per language for each model, sizes, times."""
+    by_name = {r.model: r for r in results}
+    student, teacher = by_name.get("student"), by_name.get("teacher")
+    retention = None
+    if student and teacher and teacher.primary_metric > 0:
+        retention = student.primary_metric / teacher.primary_metric
+    report = {**info, "retention": retention, "results": [r.to_dict() for r in results]}
+    atomic_write_json(out / "report.json", report)
+    langs = [row.lang for row in results[0].rows]
+    lines = [f"# Distillation report: {info.get('preset')}", "",
+             f"Test set: {results[0].testset}. P@1 (mean of x->en and en->x), cosine retrieval.", "",
+             "| lang | " + " | ".join(r.model for r in results) + " |",
+             "|---|" + "---:|" * len(results)]
+    for i, lang in enumerate(langs):
+        lines.append(f"| {lang} | " + " | ".join(f"{100 * r.rows[i].mean:.1f}" for r in results) + " |")
+    lines.append("| **average** | " + " | ".join(f"**{100 * r.primary_metric:.1f}**" for r in results) + " |")
+    lines += ["", f"Retention (student / teacher average P@1): "
+              + ("n/a" if retention is None else f"{100 * retention:.1f} %"), "",
+              "| | value |", "|---|---|"]
+    for key in ("teacher", "student_dim", "teacher_dim", "student_parameters", "student_bytes",
+                "trained_steps", "wall_seconds"):
+        lines.append(f"| {key} | {info.get(key)} |")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    return report
+
+
+def run_distill(student: str = "lealla-small", teacher: str | None = None, data: str | Path | None = None,
+                out: str | Path | None = None, overrides: dict | None = None, resume: bool = False,
+                progress: bool = True, cache_dir: str | Path | None = None, test_data: str | Path | None = None,
+                vocab_size: int = 8000, say=print) -> dict:
+    """Distill ``teacher`` (default: the cached ems-small teacher) into a ``student`` preset."""
+    from .lealla import LealLATrainer
+    from .teachers import load_teacher_encoder
+
+    started = time.time()
+    preset = get_preset(student, overrides)
+    teacher_spec = teacher or str(ensure_default_teacher(say, progress))
+    teacher_enc = load_teacher_encoder(teacher_spec)
+    out = Path(out or Path("runs") / "distill" / student)
+    say(f"distill: {student} from {teacher_spec} -> {out}")
+    trainer = LealLATrainer(preset, out, load_pairs(data), teacher_enc, teacher_enc.identity(),
+                            teacher_tokenizer(teacher_spec), student,
+                            cache_dir or tinyglot_home() / "teacher-cache", vocab_size, resume, progress)
+    result = trainer.train()
+    from .student import load_student
+
+    testset = load_testset(test_data)
+    name = str(test_data or "embedded test set")
+    from tinyglot.cli import load_encoder_arg
+
+    results = [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in
+               (("student", load_student(result.student_dir)), ("teacher", teacher_enc),
+                ("tfidf", load_encoder_arg("tfidf")))]
+    cfg = read_model_config(result.student_dir)
+    info = {"preset": student, "teacher": teacher_spec, "student_dim": cfg["dim"],
+            "teacher_dim": trainer.teacher_dim, "student_parameters": cfg["parameters"],
+            "student_bytes": folder_bytes(result.student_dir / "model"), "trained_steps": result.steps,
+            "best_dev_p1": result.best_dev_p1, "train_seconds": round(result.seconds, 1),
+            "wall_seconds": round(time.time() - started, 1), "student_dir": str(result.student_dir),
+            "settings": {"loss": cfg["loss"], "train": cfg["train"], "student": cfg["student"]}}
+    return write_report(out, results, info)

@@ -1,0 +1,94 @@
+"""Thin-deep LEALLA students: a ``transformers`` BertModel with mean pooling, saved and loaded
+like any transformers model, plus tinyglot's tokenizer and config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel
+
+from tinyglot.config import from_dict, to_dict
+from tinyglot.errors import CheckpointError, TinyglotError
+from tinyglot.io import atomic_write_json
+from tinyglot.models import TorchEncoder, mean_pool, read_model_config
+from tinyglot.tokenizer import Tokenizer
+from tinyglot.training import select_device
+
+from .config import StudentConfig
+
+KIND = "lealla-student"
+LOADER = "tinyglot.distill.student:load_student"
+
+
+def bert_config(cfg: StudentConfig) -> BertConfig:
+    return BertConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+                      num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size,
+                      hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
+                      max_position_embeddings=cfg.max_len, type_vocab_size=1, pad_token_id=0)
+
+
+class Student(nn.Module):
+    """The student encoder and, for training, the feature-distillation dense layer f: d -> d_teacher.
+
+    f is applied AFTER the student embedding (lealla.md App. C); it is not part of the exported model.
+    """
+
+    def __init__(self, cfg: StudentConfig, teacher_dim: int | None = None) -> None:
+        super().__init__()
+        cfg.validate()
+        if cfg.vocab_size <= 0:
+            raise TinyglotError("the student's vocab_size is not set", "build the student from a tokenizer")
+        self.cfg = cfg
+        self.encoder = BertModel(bert_config(cfg), add_pooling_layer=False)
+        self.fd_proj = nn.Linear(cfg.hidden_size, teacher_dim) if teacher_dim else None
+
+    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return mean_pool(self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
+
+    def parameter_counts(self) -> dict[str, int]:
+        emb = sum(p.numel() for p in self.encoder.embeddings.parameters())
+        enc = sum(p.numel() for p in self.encoder.encoder.parameters())
+        return {"embedding": emb, "encoder": enc, "total": emb + enc}
+
+
+def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: dict | None = None) -> Path:
+    """Write ``out/`` as a transformers model folder (``model/``) + ``tokenizer.model`` + ``config.json``."""
+    out = Path(out)
+    model.encoder.save_pretrained(out / "model", safe_serialization=True)
+    tokenizer.save(out / "tokenizer.model")
+    atomic_write_json(out / "config.json", {
+        "loader": LOADER, "kind": KIND, "student": to_dict(model.cfg), "tokenizer": "tokenizer.model",
+        "tokenizer_sha256": tokenizer.sha256, "dim": model.cfg.hidden_size, "max_len": model.cfg.max_len,
+        "languages": list(tokenizer.languages), "pooling": "mean", "normalize": True,
+        "parameters": model.parameter_counts(), **(extra or {}),
+    })
+    return out
+
+
+def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
+    path = Path(path)
+    cfg = read_model_config(path)
+    if cfg.get("kind") != KIND:
+        raise CheckpointError(f"{path} is not a tinyglot student (kind={cfg.get('kind')!r})",
+                              "pass the student folder written by `tinyglot distill`")
+    tokenizer = Tokenizer.load(path / cfg["tokenizer"])
+    if cfg.get("tokenizer_sha256") not in (None, tokenizer.sha256):
+        raise CheckpointError(f"{path}/tokenizer.model does not match the student's config",
+                              "copy the tokenizer.model the student was trained with")
+    scfg = from_dict(StudentConfig, cfg["student"])
+    if scfg.vocab_size != tokenizer.vocab_size:
+        raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces, the student expects {scfg.vocab_size}",
+                              "use the tokenizer the student was trained with")
+    model = Student(scfg)
+    model.encoder = BertModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
+    model.eval()
+    return model, tokenizer, cfg
+
+
+def load_student(path: str | Path, device: str = "cpu") -> TorchEncoder:
+    model, tokenizer, cfg = load_student_model(path)
+    dev = select_device(device)
+    model.to(dev)
+    return TorchEncoder(tokenizer, model.embed, cfg["max_len"], dev, name=f"student ({Path(path).name})")

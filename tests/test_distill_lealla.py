@@ -1,0 +1,111 @@
+"""A tiny LEALLA distillation end to end, from a real tinyglot teacher."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import tinyglot
+from tinyglot.distill.config import get_preset
+from tinyglot.distill.lealla import LealLATrainer
+from tinyglot.distill.student import load_student_model
+from tinyglot.distill.teachers import load_teacher_encoder
+from tinyglot.errors import CheckpointError, TinyglotError
+
+TINY = {"train": {"max_steps": 40, "eval_every": 20, "save_every": 20, "dev_fraction": 0.1,
+                  "dev_pairs_per_lang": 30}}
+
+
+def _trainer(small_pairs, teacher_dir, out, overrides=None, resume=False, cache=None):
+    teacher = load_teacher_encoder(str(teacher_dir))
+    from tinyglot.distill.run import teacher_tokenizer
+
+    merged = {k: dict(v) for k, v in TINY.items()}
+    for section, values in (overrides or {}).items():
+        merged.setdefault(section, {}).update(values)
+    return LealLATrainer(get_preset("lealla-tiny", merged), out, small_pairs, teacher, teacher.identity(),
+                         teacher_tokenizer(str(teacher_dir)), "lealla-tiny", cache or out / "cache",
+                         resume=resume, progress=False)
+
+
+def _losses(run):
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def test_tiny_distillation_learns_and_saves_a_loadable_student(small_pairs, tiny_teacher_dir, tmp_path):
+    result = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "run").train()
+    logs = _losses(tmp_path / "run")
+    assert logs[-1]["loss"] < logs[0]["loss"]
+    assert logs[-1]["fd"] < logs[0]["fd"]  # the student moves towards the teacher's space
+    assert all(r["ams"] > 0 and r["ld"] > 0 for r in logs)
+    enc = tinyglot.load(result.student_dir)
+    emb = enc.encode(["Datei öffnen", "open file"])
+    assert emb.shape == (2, 32) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+    model, tok, cfg = load_student_model(result.student_dir)
+    # the student reuses the teacher's vocabulary and is a transformers BertModel with 2 layers
+    from tinyglot.tokenizer import Tokenizer
+
+    assert tok.sha256 == Tokenizer.load(tiny_teacher_dir / "tokenizer.model").sha256
+    assert type(model.encoder).__name__ == "BertModel" and len(model.encoder.encoder.layer) == 2
+    assert cfg["parameters"]["total"] == sum(p.numel() for p in model.encoder.parameters())
+
+
+@pytest.mark.parametrize("switch", ["ams", "fd", "ld"])
+def test_each_loss_can_be_switched_off(small_pairs, tiny_teacher_dir, tmp_path, switch):
+    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "r", {"loss": {switch: False},
+                                                             "train": {"max_steps": 3}}).train()
+    assert all(r[switch] == 0.0 for r in _losses(tmp_path / "r"))
+
+
+def test_resume_after_interrupt_matches(small_pairs, tiny_teacher_dir, tmp_path):
+    cache = tmp_path / "cache"
+    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "full", cache=cache).train()
+
+    def stop(step):
+        if step == 25:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _trainer(small_pairs, tiny_teacher_dir, tmp_path / "cut", cache=cache).train(on_step=stop)
+    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "cut", resume=True, cache=cache).train()
+    a = torch.load(tmp_path / "full" / "last.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "cut" / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bad_inputs(small_pairs, tiny_teacher_dir, tmp_path):
+    with pytest.raises(TinyglotError, match="larger than the teacher"):
+        _trainer(small_pairs, tiny_teacher_dir, tmp_path / "a", {"student": {"hidden_size": 128}})
+    result = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "b", {"train": {"max_steps": 2}}).train()
+    # a tokenizer that does not belong to the student is refused
+    from tinyglot.tokenizer import Tokenizer
+
+    other = Tokenizer.train([p.x for p in small_pairs[:300]], ["de", "en"], vocab_size=300)
+    other.save(result.student_dir / "tokenizer.model")
+    with pytest.raises(CheckpointError, match="does not match"):
+        load_student_model(result.student_dir)
+
+
+@pytest.mark.slow
+def test_distill_command_end_to_end(small_corpus, tiny_teacher_dir, tmp_path):
+    out = tmp_path / "distill"
+    env_home = {"TINYGLOT_HOME": str(tmp_path / "home")}
+    import os
+
+    cmd = [sys.executable, "-c", "from tinyglot.cli import distill_main; raise SystemExit(distill_main())",
+           "--student", "lealla-tiny", "--teacher", str(tiny_teacher_dir), "--data", str(small_corpus),
+           "--out", str(out), "--no-progress", "--set", "train.max_steps=20", "--set", "train.threads=1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **env_home})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert [r["model"] for r in report["results"]] == ["student", "teacher", "tfidf"]
+    assert report["student_dim"] == 32 and report["teacher_dim"] == 64
+    assert 0 < report["retention"]
+    md = (out / "report.md").read_text()
+    assert "| **average** |" in md and "Retention" in md
+    assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))

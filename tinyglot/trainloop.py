@@ -1,0 +1,175 @@
+"""The training loop every tinyglot recipe runs: AdamW, warm-up/decay, accumulation, clipping,
+AMP, data parallelism, progress bar, JSONL log, periodic dev evaluation, best/last checkpoints
+written atomically, and exact resume.
+
+A recipe supplies the model, a ``micro_loss(net, index)`` that computes the loss of micro-batch
+``index`` (a pure function of the index, so resuming needs no data-iterator state) and an
+``evaluate()`` that returns a dev :class:`~tinyglot.evaluation.BitextResult`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import torch
+
+from tinyglot.distributed import DistContext
+from tinyglot.errors import TinyglotError
+from tinyglot.training import (MetricsLog, Progress, amp_dtype, autocast, load_checkpoint, rng_state,
+                               save_checkpoint, set_rng_state, warmup_linear_decay)
+
+log = logging.getLogger("tinyglot.train")
+NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
+
+
+class LoopConfig(Protocol):
+    """The fields of a recipe's train config that the loop reads."""
+
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    max_steps: int
+    grad_accum: int
+    clip_norm: float
+    log_every: int
+    eval_every: int
+    save_every: int
+    amp: bool
+
+
+@dataclass
+class LoopResult:
+    steps: int
+    seconds: float
+    best_dev_p1: float | None
+    last_loss: float
+
+
+MicroLoss = Callable[[torch.nn.Module, int], dict[str, Any]]
+
+
+class TrainLoop:
+    """Runs ``model`` to ``cfg.max_steps`` in ``out``; ``last.pt``/``best.pt``/``metrics.jsonl``.
+
+    ``micro_loss`` returns ``{"loss": tensor, "parts": {name: float}, "pairs": int}``.  With
+    ``global_loss=True`` (data-parallel losses normalised by the global batch, e.g. gathered
+    contrastive negatives) the loss is multiplied by the world size so that DDP's gradient
+    averaging yields the gradient of the global loss.
+    """
+
+    def __init__(self, out: Path, model: torch.nn.Module, cfg: LoopConfig, device: torch.device,
+                 meta: dict[str, Any], title: str, ctx: DistContext | None = None,
+                 progress: bool = True, global_loss: bool = False) -> None:
+        self.out, self.model, self.cfg, self.device = Path(out), model, cfg, device
+        self.meta, self.title = meta, title
+        self.ctx = ctx or DistContext()
+        self.progress = progress and self.ctx.is_main
+        self.scale = self.ctx.world if global_loss else 1
+        self.log = MetricsLog(self.out / "metrics.jsonl")
+        params = list(model.named_parameters())
+        groups = [
+            {"params": [p for n, p in params if not n.endswith(NO_DECAY)], "weight_decay": cfg.weight_decay},
+            {"params": [p for n, p in params if n.endswith(NO_DECAY)], "weight_decay": 0.0},
+        ]
+        self.optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
+        self.scheduler = warmup_linear_decay(self.optimizer, cfg.warmup_steps, cfg.max_steps)
+        self.dtype = amp_dtype(device, cfg.amp)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
+        self.step, self.best = 0, None
+
+    # ---------------------------------------------------------------- state
+    def resume(self) -> None:
+        ck = load_checkpoint(self.out / "last.pt", expect=self.meta)
+        self.model.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(ck["scheduler"])
+        self.scaler.load_state_dict(ck["scaler"])
+        set_rng_state(ck["rng"])
+        self.step, self.best = ck["step"], ck["best"]
+        if self.ctx.is_main:
+            self.log.truncate_after(self.step)
+        log.info("resumed %s from step %d", self.title, self.step)
+
+    def save(self) -> None:
+        if self.ctx.is_main:
+            save_checkpoint(self.out / "last.pt", {
+                "meta": self.meta, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+                "rng": rng_state(), "step": self.step, "best": self.best,
+            })
+        self.ctx.barrier()
+
+    # ---------------------------------------------------------------- loop
+    def run(self, micro_loss: MicroLoss, evaluate: Callable[[], Any], net: torch.nn.Module | None = None,
+            on_step: Callable[[int], None] | None = None) -> LoopResult:
+        cfg, net = self.cfg, net or self.model
+        self.model.train()
+        t0, pairs_seen, last_loss = time.time(), 0, math.nan
+        bar = Progress(cfg.max_steps, self.title, self.progress)
+        with bar.run(start=self.step):
+            while self.step < cfg.max_steps:
+                parts, pairs = self._one_step(net, micro_loss)
+                self.step += 1
+                pairs_seen += pairs
+                last_loss = parts["loss"]
+                rate = pairs_seen / max(1e-9, time.time() - t0)
+                shown = " ".join(f"{k} {v:.3f}" for k, v in parts.items() if k != "grad_norm")
+                bar.update(self.step, f"{shown} | {rate:.0f} pairs/s")
+                if self.ctx.is_main and (self.step % cfg.log_every == 0 or self.step == cfg.max_steps):
+                    self.log.write({"step": self.step, "lr": self.scheduler.get_last_lr()[0],
+                                    "pairs_per_s": rate, **parts})
+                if self.step % cfg.eval_every == 0 or self.step == cfg.max_steps:
+                    self._evaluate(evaluate)
+                if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
+                    self.save()
+                if on_step is not None:
+                    on_step(self.step)
+        return LoopResult(self.step, time.time() - t0, self.best, last_loss)
+
+    def _one_step(self, net: torch.nn.Module, micro_loss: MicroLoss) -> tuple[dict[str, float], int]:
+        cfg = self.cfg
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        pairs = 0
+        for micro in range(cfg.grad_accum):
+            with autocast(self.device, self.dtype):
+                out = micro_loss(net, self.step * cfg.grad_accum + micro)
+            self.scaler.scale(out["loss"] * self.scale / cfg.grad_accum).backward()
+            for key, value in out["parts"].items():
+                totals[key] = totals.get(key, 0.0) + float(value) * self.scale / cfg.grad_accum
+            pairs += int(out["pairs"])
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        parts = {key: self.ctx.all_reduce_mean(value) for key, value in totals.items()}
+        parts["grad_norm"] = float(grad_norm)
+        if not math.isfinite(parts["loss"]):
+            raise TinyglotError(
+                f"the loss became {parts['loss']} at step {self.step + 1}",
+                "lower train.lr or raise train.warmup_steps; resume from the last checkpoint",
+            )
+        return parts, pairs
+
+    def _evaluate(self, evaluate: Callable[[], Any]) -> None:
+        if self.ctx.is_main:
+            self.model.eval()
+            try:
+                result = evaluate()
+            finally:
+                self.model.train()
+            if result is not None:
+                p1 = result.primary_metric
+                self.log.write({"step": self.step, "dev_p1": p1,
+                                "dev": {r.lang: round(r.mean, 4) for r in result.rows}})
+                if self.best is None or p1 > self.best:
+                    self.best = p1
+                    save_checkpoint(self.out / "best.pt", {"meta": self.meta, "model": self.model.state_dict(),
+                                                           "step": self.step, "dev_p1": p1})
+        self.ctx.barrier()
