@@ -17,10 +17,19 @@ def cmd_distill(args: argparse.Namespace) -> int:
     from .run import run_distill
 
     console = Console()
-    report = run_distill(student=args.student, teacher=args.teacher, data=args.data, out=args.out,
-                         overrides=config_overrides(args), resume=args.resume, progress=not args.no_progress,
-                         cache_dir=args.cache_dir, test_data=args.test_data, vocab_size=args.vocab_size,
-                         say=lambda msg: console.print(escape(msg)))
+    say = lambda msg: console.print(escape(msg))  # noqa: E731
+    if args.recipe == "dimred":
+        from .run import run_dimred
+
+        report = run_dimred(args.dim, teacher=args.teacher, data=args.data, out=args.out,
+                            progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
+                            say=say)
+    else:
+        report = run_distill(student=args.student, teacher=args.teacher, data=args.data, out=args.out,
+                             overrides=config_overrides(args), resume=args.resume,
+                             progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
+                             vocab_size=args.vocab_size,
+                             say=say)
     out = Path(report["student_dir"]).parent
     console.print((out / "report.md").read_text(encoding="utf-8"))
     console.print(f"student: {report['student_dir']}  report: {out / 'report.md'}, {out / 'report.json'}")
@@ -30,6 +39,10 @@ def cmd_distill(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tinyglot.cli import add_config_options
 
+    p.add_argument("--recipe", choices=["lealla", "dimred"], default="lealla",
+                   help="lealla: train a thin-deep student; dimred: the LEALLA 3.2 reference, a dense layer "
+                        "to --dim on the frozen teacher")
+    p.add_argument("--dim", type=int, default=128, help="target dimension of --recipe dimred")
     p.add_argument("--student", choices=sorted(PRESETS), default="lealla-small",
                    help="student preset (24-layer thin-deep BERT: small 128-d, base 192-d, large 256-d)")
     p.add_argument("--teacher", default=None,

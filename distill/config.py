@@ -71,8 +71,11 @@ class DistillPreset:
 
 
 def _lealla(hidden: int, heads: int, ffn: int, beta: float) -> DistillPreset:
+    # The step budget fits the embedded corpus on 2 CPU cores (~20 min for lealla-small); the paper
+    # trains 100k-200k steps of 8,192 sentences: raise train.max_steps / batch_size on a GPU.
     return DistillPreset(StudentConfig(hidden_size=hidden, num_layers=24, num_heads=heads, ffn_size=ffn),
-                         LossConfig(beta=beta))
+                         LossConfig(beta=beta),
+                         DistillTrainConfig(max_steps=600, warmup_steps=60, eval_every=200, save_every=100))
 
 
 def _tiny() -> DistillPreset:

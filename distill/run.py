@@ -90,6 +90,33 @@ def write_report(out: Path, results: list[BitextResult], info: dict) -> dict:
     return report
 
 
+def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = None,
+               out: str | Path | None = None, progress: bool = True, cache_dir: str | Path | None = None,
+               test_data: str | Path | None = None, steps: int = 2000, say=print) -> dict:
+    """LEALLA section 3.2 reference: a dense layer to ``dim`` on the frozen teacher, evaluated."""
+    from tinyglot.cli import load_encoder_arg
+
+    from .dimred import load_dimred, train_dimred
+    from .teachers import load_teacher_encoder
+
+    started = time.time()
+    teacher_spec = teacher or str(ensure_default_teacher(say, progress))
+    teacher_enc = load_teacher_encoder(teacher_spec)
+    out = Path(out or Path("runs") / "distill" / f"dimred-{dim}")
+    say(f"distill: dimension reduction of {teacher_spec} to {dim} -> {out}")
+    folder = train_dimred(teacher_enc, teacher_spec, load_pairs(data), out / "model", dim,
+                          cache_dir or tinyglot_home() / "teacher-cache", steps=steps, progress=progress)
+    testset = load_testset(test_data)
+    name = str(test_data or "embedded test set")
+    results = [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in
+               (("student", load_dimred(folder)), ("teacher", teacher_enc), ("tfidf", load_encoder_arg("tfidf")))]
+    info = {"preset": f"dimred-{dim}", "teacher": teacher_spec, "student_dim": dim,
+            "teacher_dim": teacher_enc.dim, "student_parameters": {"dense": teacher_enc.dim * dim + dim},
+            "student_bytes": (folder / "dense.pt").stat().st_size, "trained_steps": steps,
+            "wall_seconds": round(time.time() - started, 1), "student_dir": str(folder)}
+    return write_report(out, results, info)
+
+
 def run_distill(student: str = "lealla-small", teacher: str | None = None, data: str | Path | None = None,
                 out: str | Path | None = None, overrides: dict | None = None, resume: bool = False,
                 progress: bool = True, cache_dir: str | Path | None = None, test_data: str | Path | None = None,

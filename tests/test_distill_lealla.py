@@ -109,3 +109,17 @@ def test_distill_command_end_to_end(small_corpus, tiny_teacher_dir, tmp_path):
     md = (out / "report.md").read_text()
     assert "| **average** |" in md and "Retention" in md
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))
+
+
+def test_dimension_reduction_reference(small_corpus, tiny_teacher_dir, tmp_path):
+    from tinyglot.distill.run import run_dimred
+
+    report = run_dimred(16, teacher=str(tiny_teacher_dir), data=small_corpus, out=tmp_path / "dr",
+                        progress=False, cache_dir=tmp_path / "cache", steps=60, say=lambda m: None)
+    assert report["student_dim"] == 16 and report["teacher_dim"] == 64
+    enc = tinyglot.load(tmp_path / "dr" / "model")
+    emb = enc.encode(["Datei öffnen", "open file"])
+    assert emb.shape == (2, 16) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+    with pytest.raises(TinyglotError, match="not smaller"):
+        run_dimred(64, teacher=str(tiny_teacher_dir), data=small_corpus, out=tmp_path / "dr2",
+                   progress=False, cache_dir=tmp_path / "cache", steps=1, say=lambda m: None)
