@@ -1,1 +1,44 @@
-"""Export of students to ONNX, TFLite and SavedModel bundles — see the project's issue #6."""
+"""Export of students (and EMS teachers) to self-contained bundles, with parity checks.
+
+A bundle folder holds the model file(s), ``tokenizer.model``, ``config.json`` (with the
+``loader`` that ``tinyglot.load`` follows) and ``parity.json``.  Formats: ONNX
+(:mod:`tinyglot.export.onnx`: fp32, dynamic/static int8, fp16); TFLite and SavedModel later.
+
+    from tinyglot.export import export_onnx, QuantizationConfig
+    export_onnx("runs/distill/lealla-small/student", "bundles/small-int8", QuantizationConfig.avx512_vnni())
+    enc = tinyglot.load("bundles/small-int8")
+
+Command line: ``tinyglot export --model STUDENT --format onnx --quantize dynamic``.
+Names are imported lazily: ``import tinyglot.export`` needs neither torch nor onnx.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "EmbeddingModule": "onnx",
+    "ExportResult": "onnx",
+    "OnnxEncoder": "onnx",
+    "QuantizationConfig": "onnx",
+    "export_onnx": "onnx",
+    "load_onnx_bundle": "onnx",
+    "Gates": "parity",
+    "ParityReport": "parity",
+    "check_parity": "parity",
+    "load_source": "bundle",
+    "read_bundle": "bundle",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -195,10 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # stages
     from tinyglot.distill.cli import register as register_distill
+    from tinyglot.export.cli import register as register_export
     from tinyglot.teacher.cli import register as register_teacher
 
     register_teacher(sub)
     register_distill(sub)
+    register_export(sub)
     return parser
 
 

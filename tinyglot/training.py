@@ -50,6 +50,28 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def limit_allocator_growth() -> bool:
+    """Stop glibc's heap from growing without bound during training (Linux only).
+
+    Length-bucketed batches allocate tensors of ever-changing sizes; glibc's adaptive mmap threshold
+    then keeps freed blocks in the heap and the process grows by megabytes per step (measured: an
+    ems-small run passed 4.7 GB after 700 steps).  A fixed 128 KiB mmap/trim threshold returns large
+    blocks to the OS; memory then plateaus (~1.2 GB for the same run).  Returns True if applied.
+    """
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 131072)) and bool(libc.mallopt(m_trim_threshold, 131072))
+    except (OSError, AttributeError):  # musl or another libc without mallopt
+        return False
+
+
 # ------------------------------------------------------------------ seeding and RNG state
 def seed_everything(seed: int) -> None:
     random.seed(seed)

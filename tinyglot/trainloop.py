@@ -20,8 +20,9 @@ import torch
 
 from tinyglot.distributed import DistContext
 from tinyglot.errors import TinyglotError
-from tinyglot.training import (MetricsLog, Progress, amp_dtype, autocast, load_checkpoint, rng_state,
-                               save_checkpoint, set_rng_state, warmup_linear_decay)
+from tinyglot.training import (MetricsLog, Progress, amp_dtype, autocast, limit_allocator_growth,
+                               load_checkpoint, rng_state, save_checkpoint, set_rng_state,
+                               warmup_linear_decay)
 
 log = logging.getLogger("tinyglot.train")
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
@@ -81,6 +82,7 @@ class TrainLoop:
         self.dtype = amp_dtype(device, cfg.amp)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
         self.step, self.best = 0, None
+        limit_allocator_growth()
 
     # ---------------------------------------------------------------- state
     def resume(self) -> None:

@@ -1,0 +1,174 @@
+"""The layout every exported bundle shares, whatever its format, and opening export sources.
+
+A bundle is a folder::
+
+    model.onnx          the model file(s) of the format (ONNX here; TFLite/SavedModel later)
+    tokenizer.model     the SentencePiece vocabulary, byte for byte the source's
+    config.json         {"loader", "kind": "bundle", "format", "dim", "max_len", "languages",
+                         "pooling": "mean", "normalize": true, "quantization": {...},
+                         "source", "source_kind", "source_sha", "tokenizer_sha256", "files", ...}
+    parity.json         the parity report against the source (see ``tinyglot.export.parity``)
+
+``tinyglot.load(bundle)`` follows ``config.json["loader"]`` like for any tinyglot model folder.
+Pooling and normalisation live inside the model file: the runtime only tokenises and feeds
+``input_ids`` + ``attention_mask``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from tinyglot.errors import TinyglotError
+from tinyglot.io import atomic_write_json
+from tinyglot.models import read_model_config
+
+BUNDLE_KIND = "bundle"
+CONFIG = "config.json"
+TOKENIZER = "tokenizer.model"
+PARITY = "parity.json"
+STUDENT_KIND = "lealla-student"
+TEACHER_KIND = "ems-teacher"
+SOURCE_KINDS = (STUDENT_KIND, TEACHER_KIND)
+
+
+def load_source(path: str | Path) -> tuple[Any, Any, dict]:
+    """``(module with .embed(ids, mask), tokenizer, config)`` of a student folder or an EMS teacher run.
+
+    Dispatches on ``config.json["kind"]``; the distill and teacher stages are imported only when
+    needed.  The module is in eval mode on the CPU.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TinyglotError(f"model not found: {path}", "pass a student folder (tinyglot distill) or a teacher run")
+    cfg = read_model_config(path)
+    kind = cfg.get("kind")
+    if kind == STUDENT_KIND:
+        from tinyglot.distill.student import load_student_model
+
+        model, tokenizer, cfg = load_student_model(path)
+    elif kind == TEACHER_KIND:
+        from tinyglot.teacher.encoder import load_model
+
+        model, tokenizer, cfg = load_model(path)
+    elif kind == BUNDLE_KIND:
+        raise TinyglotError(f"{path} is already an exported bundle ({cfg.get('format')})",
+                            f"export from its source model instead: {cfg.get('source', 'the student folder')}")
+    else:
+        raise TinyglotError(
+            f"{path} is not a model tinyglot can export (kind={kind!r})",
+            f"pass a student folder written by `tinyglot distill` ({STUDENT_KIND}) "
+            f"or a teacher run of `tinyglot teacher train` ({TEACHER_KIND})",
+        )
+    if not hasattr(model, "embed"):
+        raise TinyglotError(f"the model of {path} has no embed(ids, mask) method")
+    model.eval()
+    return model, tokenizer, cfg
+
+
+def source_weight_files(path: str | Path, cfg: dict) -> list[Path]:
+    """The files whose bytes define the source model's weights (for sizes and ``source_sha``)."""
+    path = Path(path)
+    if cfg.get("kind") == STUDENT_KIND:
+        files = sorted(p for p in (path / "model").iterdir() if p.is_file())
+    elif cfg.get("kind") == TEACHER_KIND:
+        best = path / "best.pt"
+        files = [best if best.exists() else path / "last.pt"]
+    else:
+        files = []
+    return [f for f in files if f.is_file()]
+
+
+def source_sha(path: str | Path, cfg: dict) -> str:
+    """sha256 over the source's config.json, tokenizer and weight files (names and bytes)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    tok = path / cfg.get("tokenizer", TOKENIZER)
+    for f in [path / CONFIG, tok, *source_weight_files(path, cfg)]:
+        if f.is_file():
+            digest.update(f.relative_to(path).as_posix().encode() + b"\0")
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
+def source_size(path: str | Path, cfg: dict) -> int:
+    """Bytes of the source's weight files (a teacher checkpoint also holds the optimizer state)."""
+    return sum(f.stat().st_size for f in source_weight_files(path, cfg))
+
+
+def bundle_config(
+    *,
+    loader: str,
+    fmt: str,
+    model_files: list[str],
+    source: str | Path,
+    source_cfg: dict,
+    tokenizer,
+    dim: int,
+    max_len: int,
+    quantization: dict,
+    extra: dict | None = None,
+) -> dict:
+    """The ``config.json`` dict of a bundle (common keys first, format-specific ones in ``extra``)."""
+    return {
+        "loader": loader,
+        "kind": BUNDLE_KIND,
+        "format": fmt,
+        "files": list(model_files),
+        "tokenizer": TOKENIZER,
+        "tokenizer_sha256": tokenizer.sha256,
+        "dim": int(dim),
+        "max_len": int(max_len),
+        "languages": list(tokenizer.languages),
+        "pooling": "mean",
+        "normalize": True,
+        "quantization": quantization,
+        "source": str(Path(source).resolve()),
+        "source_kind": source_cfg.get("kind"),
+        "source_sha": source_sha(source, source_cfg),
+        **(extra or {}),
+    }
+
+
+def write_bundle_config(out: str | Path, cfg: dict) -> Path:
+    path = Path(out) / CONFIG
+    atomic_write_json(path, cfg)
+    return path
+
+
+def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
+    """A bundle's config, checked: kind ``bundle``, the expected format, model files present."""
+    path = Path(path)
+    cfg = read_model_config(path)
+    if cfg.get("kind") != BUNDLE_KIND:
+        raise TinyglotError(f"{path} is not an exported bundle (kind={cfg.get('kind')!r})",
+                            "pass the --out folder of `tinyglot export`")
+    if fmt is not None and cfg.get("format") != fmt:
+        raise TinyglotError(f"{path} is a {cfg.get('format')!r} bundle, not {fmt!r}")
+    for name in [*cfg.get("files", []), cfg.get("tokenizer", TOKENIZER)]:
+        if not (path / name).is_file():
+            raise TinyglotError(f"{path} lacks {name}", "re-run `tinyglot export` into a fresh folder")
+    return cfg
+
+
+def file_sizes(folder: str | Path) -> dict[str, int]:
+    """Bytes of each file of a bundle folder (hidden temporary files excluded)."""
+    folder = Path(folder)
+    return {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")}
+
+
+def human_size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return str(n)  # pragma: no cover
+
+
+__all__ = [
+    "BUNDLE_KIND", "CONFIG", "PARITY", "TOKENIZER", "bundle_config", "file_sizes", "human_size",
+    "load_source", "read_bundle", "source_sha", "source_size", "source_weight_files", "write_bundle_config",
+]

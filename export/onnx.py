@@ -1,0 +1,612 @@
+"""ONNX bundles: export a student (or an EMS teacher) with pooling and normalisation in the graph,
+optimise it for onnxruntime, quantize it, and run it as an ``Encoder``.
+
+The recipe follows ``shared/TOOLCHAIN.md``: the legacy TorchScript exporter (``dynamo=False``,
+opset 17: faster graphs than the dynamo exporter), inputs ``input_ids`` + ``attention_mask``
+(int64, dynamic batch and sequence axes), one output ``sentence_embedding`` (L2-normalised mean
+pooling), then onnxruntime's transformer fusions (Attention, SkipLayerNormalization,
+EmbedLayerNormalization, BiasGelu) and, on request, quantization:
+
+============  ==========================================================================
+mode          how
+============  ==========================================================================
+``none``      fp32, fused graph
+``dynamic``   ``quantize_dynamic`` of the fused graph (int8 weights, activations quantized
+              per batch at run time); presets :meth:`QuantizationConfig.avx2`,
+              :meth:`~QuantizationConfig.avx512_vnni`, :meth:`~QuantizationConfig.arm64`
+``static``    ``quantize_static`` (QDQ, int8 weights and activations) calibrated on
+              tokenised corpus sentences (the embedded corpus by default); it quantizes the
+              unfused graph because the static quantizer leaves fused Attention in fp32
+``fp16``      ``onnxruntime.transformers.float16`` (fp16 weights, fp32 inputs/outputs);
+              halves the file, not faster on x86 CPUs
+============  ==========================================================================
+
+Every quantized file is checked: it must hold integer (or fp16) weights and be much smaller
+than the fp32 graph, else the export fails (TOOLCHAIN: an "int8" file barely smaller than fp32
+was not quantized).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tinyglot.errors import TinyglotError
+
+from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
+    write_bundle_config
+from .parity import Gates, ParityReport, check_parity
+
+LOADER = "tinyglot.export.onnx:load_onnx_bundle"
+FORMAT = "onnx"
+MODEL_FILE = "model.onnx"
+INPUT_NAMES = ("input_ids", "attention_mask")
+OUTPUT_NAME = "sentence_embedding"
+OPSET = 17
+MODES = ("none", "dynamic", "static", "fp16")
+# ops that only exist in a graph whose weights are integers
+INT8_OPS = frozenset({"MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QEmbedLayerNormalization",
+                      "QLinearMatMul", "QGemm", "ConvInteger", "QLinearConv", "DequantizeLinear",
+                      "DynamicQuantizeLinear", "QuantizeLinear", "MatMulIntegerToFloat"})
+
+log = logging.getLogger(__name__)
+
+
+def _require_onnx():
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        raise TinyglotError(f"ONNX export needs onnx and onnxruntime ({exc})",
+                            "pip install 'tinyglot[export]'") from None
+
+
+# ====================================================================== the graph
+def _find_bert(model):
+    enc = getattr(model, "encoder", None)
+    return enc if enc is not None and hasattr(enc, "config") else None
+
+
+class _Wrapper:  # namespace for the lazily defined torch module class
+    cls = None
+
+
+def _embedding_module_class():
+    if _Wrapper.cls is None:
+        import torch
+        from torch import nn
+
+        class EmbeddingModule(nn.Module):
+            """``(input_ids, attention_mask) -> L2-normalised sentence_embedding`` of any model with
+            ``embed(ids, mask)`` (a tinyglot student or an EMS teacher): pooling and normalisation
+            are part of the exported graph."""
+
+            def __init__(self, model) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids, attention_mask):
+                emb = self.model.embed(input_ids, attention_mask)
+                return torch.nn.functional.normalize(emb, p=2.0, dim=-1, eps=1e-12)
+
+        _Wrapper.cls = EmbeddingModule
+    return _Wrapper.cls
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EmbeddingModule":  # defined on first use so that importing this module needs no torch
+        return _embedding_module_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@contextlib.contextmanager
+def _eager_attention(model):
+    """Export with eager attention: under tracing, sdpa's mask handling may be specialised to the
+    example input; the eager graph is the same size and onnxruntime fuses it into Attention."""
+    bert = _find_bert(model)
+    old = getattr(bert.config, "_attn_implementation", None) if bert is not None else None
+    if bert is not None:
+        bert.config._attn_implementation = "eager"
+    try:
+        yield
+    finally:
+        if bert is not None and old is not None:
+            bert.config._attn_implementation = old
+
+
+def export_module(module, path: str | Path, vocab_size: int, max_len: int, opset: int = OPSET) -> Path:
+    """``torch.onnx.export`` of ``module(input_ids, attention_mask)`` with dynamic batch/sequence axes."""
+    import torch
+
+    path = Path(path)
+    module.eval()
+    seq = max(2, min(8, max_len))
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, max(3, vocab_size), (2, seq), generator=gen, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    mask[1, seq // 2:] = 0  # a padded row, so the traced graph keeps the masking path
+    ids = ids * mask
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+            OUTPUT_NAME: {0: "batch"}}
+    inner = getattr(module, "model", module)
+    with warnings.catch_warnings(), _eager_attention(inner), torch.no_grad():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(module, (ids, mask), str(path), dynamo=False, input_names=list(INPUT_NAMES),
+                              output_names=[OUTPUT_NAME], dynamic_axes=axes, opset_version=opset,
+                              do_constant_folding=True)
+        except Exception as exc:  # the exporter raises many types; name it for the user
+            raise TinyglotError(f"torch.onnx.export failed: {type(exc).__name__}: {exc}",
+                                "report this with the model's config.json") from exc
+    return path
+
+
+def _bert_shape(model) -> tuple[int, int]:
+    bert = _find_bert(model)
+    if bert is None:
+        return 0, 0  # let the optimizer detect them
+    return int(bert.config.num_attention_heads), int(bert.config.hidden_size)
+
+
+def optimize_graph(src: str | Path, dst: str | Path, method: str = "transformers", num_heads: int = 0,
+                   hidden_size: int = 0) -> str:
+    """Write an onnxruntime-optimised copy of ``src``; returns the method that was applied.
+
+    ``transformers``: onnxruntime's transformer optimizer (fused Attention, SkipLayerNormalization,
+    EmbedLayerNormalization, BiasGelu; contrib ops, so the file then runs on onnxruntime only);
+    falls back to ``ort`` if the fusion fails.  ``ort``: the session's extended graph
+    optimisations saved with ``SessionOptions.optimized_model_filepath``.  ``none``: a copy.
+    """
+    import onnxruntime as ort
+
+    src, dst = Path(src), Path(dst)
+    if method == "none":
+        shutil.copyfile(src, dst)
+        return "none"
+    if method == "transformers":
+        try:
+            from onnxruntime.transformers import optimizer
+
+            quiet = logging.getLogger("onnxruntime.transformers")
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)
+            try:
+                opt = optimizer.optimize_model(str(src), model_type="bert", num_heads=num_heads,
+                                               hidden_size=hidden_size, opt_level=1, use_gpu=False)
+                opt.save_model_to_file(str(dst))
+            finally:
+                quiet.setLevel(level)
+            return "transformers"
+        except Exception as exc:  # fusion is an optimisation: fall back, but say so
+            log.warning("onnxruntime transformer fusion failed (%s); using ORT graph optimisations", exc)
+    if method not in ("transformers", "ort"):
+        raise TinyglotError(f"unknown optimisation {method!r}", "use transformers, ort or none")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(dst)
+    so.intra_op_num_threads = 1
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    return "ort"
+
+
+# ====================================================================== quantization
+@dataclass
+class QuantizationConfig:
+    """How to quantize an ONNX bundle; build one with a preset factory.
+
+    ``mode``: ``none`` | ``dynamic`` | ``static`` | ``fp16``.  ``weight_type`` / ``activation_type``:
+    ``qint8`` | ``quint8``.  ``reduce_range`` uses 7-bit weights (avoids saturation of u8s8 kernels
+    on AVX2 CPUs without VNNI, at some accuracy).  Static mode calibrates on
+    ``calibration_sentences`` (default: ``calibration_size`` sentences of the embedded corpus).
+    """
+
+    mode: str = "none"
+    per_channel: bool = False
+    reduce_range: bool = False
+    weight_type: str = "qint8"
+    activation_type: str = "quint8"
+    weight_symmetric: bool = True
+    activation_symmetric: bool = False
+    operators: tuple[str, ...] | None = None
+    calibration_sentences: list[str] | None = field(default=None, repr=False)
+    calibration_size: int = 256
+    calibration_batch_size: int = 16
+    calibration_method: str = "minmax"
+    name: str = ""
+
+    # ------------------------------------------------------------ presets (optimum's style)
+    @classmethod
+    def none(cls) -> "QuantizationConfig":
+        return cls(mode="none", name="none")
+
+    @classmethod
+    def dynamic(cls, per_channel: bool = False, reduce_range: bool = False) -> "QuantizationConfig":
+        """Dynamic int8 (signed weights, per tensor): the recipe measured in TOOLCHAIN.md."""
+        return cls(mode="dynamic", per_channel=per_channel, reduce_range=reduce_range, weight_type="qint8",
+                   name="dynamic")
+
+    @classmethod
+    def avx2(cls, per_channel: bool = True, reduce_range: bool = False) -> "QuantizationConfig":
+        """x86 with AVX2: dynamic, unsigned weights (u8u8 kernels never saturate), per channel."""
+        return cls(mode="dynamic", per_channel=per_channel, reduce_range=reduce_range, weight_type="quint8",
+                   name="avx2")
+
+    @classmethod
+    def avx512_vnni(cls, per_channel: bool = True) -> "QuantizationConfig":
+        """x86 with AVX512-VNNI: dynamic, signed weights, per channel, full range."""
+        return cls(mode="dynamic", per_channel=per_channel, reduce_range=False, weight_type="qint8",
+                   name="avx512-vnni")
+
+    @classmethod
+    def arm64(cls, per_channel: bool = True) -> "QuantizationConfig":
+        """ARM64 (phones, Apple silicon, Graviton): dynamic, signed weights, per channel."""
+        return cls(mode="dynamic", per_channel=per_channel, reduce_range=False, weight_type="qint8",
+                   name="arm64")
+
+    @classmethod
+    def static(cls, calibration_sentences: Sequence[str] | None = None, per_channel: bool = True,
+               calibration_size: int = 256) -> "QuantizationConfig":
+        """Static int8 (QDQ): weights and activations, ranges calibrated on corpus sentences."""
+        return cls(mode="static", per_channel=per_channel, weight_type="qint8", activation_type="qint8",
+                   activation_symmetric=True,
+                   calibration_sentences=list(calibration_sentences) if calibration_sentences else None,
+                   calibration_size=calibration_size, name="static")
+
+    @classmethod
+    def fp16(cls) -> "QuantizationConfig":
+        return cls(mode="fp16", name="fp16")
+
+    @classmethod
+    def from_name(cls, name: str) -> "QuantizationConfig":
+        """The CLI's ``--quantize`` values."""
+        presets = {"none": cls.none, "dynamic": cls.dynamic, "avx2": cls.avx2, "avx512-vnni": cls.avx512_vnni,
+                   "avx512_vnni": cls.avx512_vnni, "arm64": cls.arm64, "static": cls.static, "fp16": cls.fp16}
+        if name not in presets:
+            raise TinyglotError(f"unknown quantization {name!r}",
+                                "choose one of: none, dynamic, avx2, avx512-vnni, arm64, static, fp16")
+        return presets[name]()
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise TinyglotError(f"unknown quantization mode {self.mode!r}", f"choose one of: {', '.join(MODES)}")
+        for what, value in (("weight_type", self.weight_type), ("activation_type", self.activation_type)):
+            if value not in ("qint8", "quint8"):
+                raise TinyglotError(f"{what} must be qint8 or quint8, got {value!r}")
+        if self.calibration_method not in ("minmax", "entropy", "percentile"):
+            raise TinyglotError(f"unknown calibration method {self.calibration_method!r}",
+                                "use minmax, entropy or percentile")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        sentences = d.pop("calibration_sentences")
+        if self.mode == "static":
+            d["calibration_sentences"] = len(sentences) if sentences else "embedded corpus"
+        else:
+            for key in ("calibration_size", "calibration_batch_size", "calibration_method"):
+                d.pop(key)
+        d["operators"] = list(self.operators) if self.operators else None
+        return d
+
+    @property
+    def label(self) -> str:
+        return self.name or self.mode
+
+
+def _qtype(name: str):
+    from onnxruntime.quantization import QuantType
+
+    return QuantType.QInt8 if name == "qint8" else QuantType.QUInt8
+
+
+def calibration_sentences(n: int = 256, seed: int = 0) -> list[str]:
+    """``n`` sentences of the embedded corpus, both sides, spread evenly over its languages."""
+    from tinyglot.data.embedded import load_pairs
+
+    pairs = load_pairs(None)
+    rng = np.random.default_rng(seed)
+    pick = rng.permutation(len(pairs))[: max(1, (n + 1) // 2)]
+    out = [s for i in sorted(pick) for s in (pairs[i].x, pairs[i].en)]
+    return out[:n]
+
+
+def _calibration_reader(tokenizer, sentences: Sequence[str], max_len: int, batch_size: int):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    sentences = [s for s in sentences if isinstance(s, str) and s.strip()]
+    if not sentences:
+        raise TinyglotError("static quantization got no calibration sentences",
+                            "pass QuantizationConfig.static(sentences) with some corpus sentences")
+    ids = tokenizer.encode_ids(sentences, max_len)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._batches = iter([tokenizer.pad(ids[i:i + batch_size], max_len)
+                                  for i in range(0, len(ids), batch_size)])
+
+        def get_next(self):
+            batch = next(self._batches, None)
+            return None if batch is None else {"input_ids": batch.ids, "attention_mask": batch.mask}
+
+    return Reader()
+
+
+def quantize_graph(src: str | Path, dst: str | Path, qcfg: QuantizationConfig, *, tokenizer=None,
+                   max_len: int = 128, workdir: str | Path | None = None) -> Path:
+    """Quantize ``src`` into ``dst`` as ``qcfg`` says (``mode`` none copies)."""
+    import onnx
+
+    qcfg.validate()
+    src, dst = Path(src), Path(dst)
+    # ORT-fused graphs carry contrib ops whose output types the quantizer cannot infer (TOOLCHAIN)
+    extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+    ops = list(qcfg.operators) if qcfg.operators else None
+    if qcfg.mode == "none":
+        shutil.copyfile(src, dst)
+    elif qcfg.mode == "dynamic":
+        from onnxruntime.quantization import quantize_dynamic
+
+        quantize_dynamic(src, dst, op_types_to_quantize=ops, per_channel=qcfg.per_channel,
+                         reduce_range=qcfg.reduce_range, weight_type=_qtype(qcfg.weight_type),
+                         extra_options={**extra, "WeightSymmetric": qcfg.weight_symmetric})
+    elif qcfg.mode == "static":
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
+
+        if tokenizer is None:
+            raise TinyglotError("static quantization needs the tokenizer for its calibration sentences")
+        sentences = qcfg.calibration_sentences or calibration_sentences(qcfg.calibration_size)
+        reader = _calibration_reader(tokenizer, sentences, max_len, qcfg.calibration_batch_size)
+        method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                  "percentile": CalibrationMethod.Percentile}[qcfg.calibration_method]
+        # the calibrator writes an augmented copy of the model next to its temporary files
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp, _chdir(tmp):
+            quantize_static(src, dst, reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=ops,
+                            per_channel=qcfg.per_channel, reduce_range=qcfg.reduce_range,
+                            activation_type=_qtype(qcfg.activation_type), weight_type=_qtype(qcfg.weight_type),
+                            calibrate_method=method,
+                            extra_options={**extra, "ActivationSymmetric": qcfg.activation_symmetric,
+                                           "WeightSymmetric": qcfg.weight_symmetric})
+    elif qcfg.mode == "fp16":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        onnx.save(model, str(dst))
+    return dst
+
+
+@contextlib.contextmanager
+def _chdir(path):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def graph_stats(path: str | Path) -> dict:
+    """Op counts and how the weights are stored: ``{"ops", "int8_ops", "weights": {dtype: elements}}``."""
+    import onnx
+    from onnx import TensorProto
+
+    model = onnx.load(str(path), load_external_data=False)
+    ops = Counter(n.op_type for n in model.graph.node)
+    weights: Counter = Counter()
+    for init in model.graph.initializer:
+        n = int(np.prod(init.dims)) if init.dims else 1
+        weights[TensorProto.DataType.Name(init.data_type).lower()] += n
+    return {"ops": dict(ops), "int8_ops": sum(c for op, c in ops.items() if op in INT8_OPS),
+            "weights": dict(weights), "bytes": Path(path).stat().st_size}
+
+
+def verify_quantized(path: str | Path, fp32_bytes: int, mode: str) -> dict:
+    """Fail loudly when a quantized file is not: no integer ops, float weights, or barely smaller."""
+    stats = graph_stats(path)
+    if mode in ("none",):
+        return stats
+    w = stats["weights"]
+    total = sum(w.values()) or 1
+    ratio = stats["bytes"] / max(1, fp32_bytes)
+    if mode in ("dynamic", "static"):
+        low = (w.get("int8", 0) + w.get("uint8", 0)) / total
+        if stats["int8_ops"] == 0 or low < 0.5 or ratio > 0.6:
+            raise TinyglotError(
+                f"the {mode} int8 model was not really quantized: {stats['int8_ops']} integer ops, "
+                f"{100 * low:.0f}% of weight elements int8, {ratio:.2f}x the fp32 size",
+                "this graph's ops are not covered by onnxruntime's quantizer; report the model's config.json",
+            )
+    elif mode == "fp16":
+        half = w.get("float16", 0) / total
+        if half < 0.5 or ratio > 0.7:
+            raise TinyglotError(
+                f"the fp16 model was not converted: {100 * half:.0f}% of weights fp16, {ratio:.2f}x the fp32 size")
+    return stats
+
+
+# ====================================================================== running a bundle
+class OnnxEncoder:
+    """``Encoder`` over an ONNX file with inputs ``input_ids``/``attention_mask`` and L2-normalised
+    output rows, and a tinyglot tokenizer.  Inputs are bound by name (and cast to the dtype the graph
+    declares); sentences are sorted by length before batching, returned in input order."""
+
+    def __init__(self, model_path: str | Path, tokenizer, max_len: int, threads: int = 1,
+                 device: str = "cpu", name: str = "") -> None:
+        _require_onnx()
+        import onnxruntime as ort
+
+        self.model_path = Path(model_path)
+        self.tokenizer = tokenizer
+        self.max_len = int(max_len)
+        self.name = name or f"onnx ({self.model_path.parent.name})"
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = max(0, int(threads))
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        providers = ["CPUExecutionProvider"]
+        if device in ("cuda", "auto") and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        elif device == "cuda":
+            raise TinyglotError("device cuda asked for, but this onnxruntime has no CUDA provider",
+                                "install onnxruntime-gpu, or use --device cpu")
+        try:
+            self.session = ort.InferenceSession(str(self.model_path), so, providers=providers)
+        except Exception as exc:
+            raise TinyglotError(f"onnxruntime cannot open {self.model_path} ({type(exc).__name__}: {exc})",
+                                "re-export the bundle with `tinyglot export`") from None
+        self._inputs = {i.name: (np.int32 if "int32" in i.type else np.int64) for i in self.session.get_inputs()}
+        unknown = set(self._inputs) - set(INPUT_NAMES)
+        if unknown or "input_ids" not in self._inputs:
+            raise TinyglotError(f"{self.model_path} takes inputs {sorted(self._inputs)}",
+                                f"tinyglot feeds {list(INPUT_NAMES)}; re-export with `tinyglot export`")
+        outputs = [o.name for o in self.session.get_outputs()]
+        self._output = OUTPUT_NAME if OUTPUT_NAME in outputs else outputs[0]
+
+    def run_batch(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": ids, "attention_mask": mask}
+        feed = {k: np.ascontiguousarray(feed[k], dtype=dt) for k, dt in self._inputs.items()}
+        return self.session.run([self._output], feed)[0]
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        if isinstance(sentences, str):
+            raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
+        ids = self.tokenizer.encode_ids(list(sentences), self.max_len)
+        if not ids:
+            raise TinyglotError("encode() got no sentences", "pass at least one sentence")
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        out: np.ndarray | None = None
+        for start in range(0, len(order), max(1, batch_size)):
+            rows = order[start:start + max(1, batch_size)]
+            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
+            emb = np.asarray(self.run_batch(batch.ids, batch.mask), dtype=np.float32)
+            if out is None:
+                out = np.zeros((len(ids), emb.shape[1]), dtype=np.float32)
+            out[rows] = emb
+        return out
+
+
+def load_onnx_bundle(path: str | Path, threads: int = 1, device: str = "cpu", **_: Any) -> OnnxEncoder:
+    """The loader named in an ONNX bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
+    from tinyglot.tokenizer import Tokenizer
+
+    path = Path(path)
+    cfg = read_bundle(path, FORMAT)
+    tokenizer = Tokenizer.load(path / cfg.get("tokenizer", TOKENIZER))
+    if cfg.get("tokenizer_sha256") not in (None, tokenizer.sha256):
+        raise TinyglotError(f"{path}/tokenizer.model does not match the bundle's config",
+                            "copy the tokenizer.model the bundle was exported with")
+    q = cfg.get("quantization", {}).get("name") or cfg.get("quantization", {}).get("mode", "")
+    return OnnxEncoder(path / cfg["files"][0], tokenizer, cfg["max_len"], threads=threads, device=device,
+                       name=f"onnx{'-' + q if q and q != 'none' else ''} ({path.name})")
+
+
+# ====================================================================== the whole export
+@dataclass
+class ExportResult:
+    out: Path
+    config: dict
+    parity: ParityReport
+    sizes: dict[str, int]
+    source_bytes: int
+    graph: dict
+
+
+def export_onnx(
+    model: str | Path,
+    out: str | Path,
+    quantization: QuantizationConfig | str | None = None,
+    *,
+    optimize: str = "transformers",
+    threads: int = 1,
+    max_sentences: int = 100,
+    testset=None,
+    gates: Gates | None = None,
+    parity_gate: bool = True,
+    module_factory: Callable[[Any], Any] | None = None,
+    opset: int = OPSET,
+    say: Callable[[str], None] = lambda msg: None,
+) -> ExportResult:
+    """Export the student or teacher at ``model`` to an ONNX bundle in ``out`` and check its parity.
+
+    ``quantization``: a :class:`QuantizationConfig` or a preset name (default ``none``).
+    ``module_factory(source_model)`` builds the module to export (default :class:`EmbeddingModule`).
+    The bundle's ``config.json`` is written last; when a parity gate fails (and ``parity_gate``),
+    it is not written — the folder keeps ``model.onnx`` and ``parity.json`` for inspection — and a
+    TinyglotError lists the failing figures.
+    """
+    _require_onnx()
+    qcfg = quantization if isinstance(quantization, QuantizationConfig) else \
+        QuantizationConfig.from_name(quantization or "none")
+    qcfg.validate()
+    if optimize not in ("transformers", "ort", "none"):
+        raise TinyglotError(f"unknown optimisation {optimize!r}", "use transformers, ort or none")
+    model_path, out = Path(model), Path(out)
+    source, tokenizer, scfg = load_source(model_path)
+    if out.resolve() == model_path.resolve():
+        raise TinyglotError("the bundle folder is the source folder", "pass another --out")
+    if out.exists() and (out / "config.json").exists():
+        existing = (out / "config.json").read_text(encoding="utf-8")
+        if '"kind": "bundle"' not in existing:
+            raise TinyglotError(f"{out} holds another tinyglot model", "pass an empty or new --out folder")
+    max_len = int(scfg["max_len"])
+    vocab = tokenizer.vocab_size
+    heads, hidden = _bert_shape(source)
+    factory = module_factory or _embedding_module_class()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
+        tmp = Path(tmp)
+        say(f"exporting {model_path} ({scfg.get('kind')}) to ONNX (opset {opset})")
+        raw = export_module(factory(source), tmp / "raw.onnx", vocab, max_len, opset)
+        # static int8: the QDQ quantizer leaves fused Attention in fp32, so it gets the unfused graph
+        method = "ort" if qcfg.mode == "static" and optimize == "transformers" else optimize
+        applied = optimize_graph(raw, tmp / "opt.onnx", method, heads, hidden)
+        fp32_bytes = (tmp / "opt.onnx").stat().st_size
+        if qcfg.mode != "none":
+            say(f"quantizing: {qcfg.label} ({qcfg.mode})")
+        final = quantize_graph(tmp / "opt.onnx", tmp / "final.onnx", qcfg, tokenizer=tokenizer, max_len=max_len,
+                               workdir=tmp)
+        stats = verify_quantized(final, fp32_bytes, qcfg.mode)
+        for stale in ("config.json", PARITY):
+            (out / stale).unlink(missing_ok=True)
+        os.replace(final, out / MODEL_FILE)
+    tokenizer.save(out / TOKENIZER)
+
+    from tinyglot.models import TorchEncoder
+
+    say(f"checking parity against the source on up to {max_sentences} pairs per language")
+    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
+    exported = OnnxEncoder(out / MODEL_FILE, tokenizer, max_len, threads=threads)
+    report = check_parity(reference, exported, testset, gates or Gates.for_mode(qcfg.mode),
+                          languages=tokenizer.languages, max_sentences=max_sentences,
+                          label=f"onnx {qcfg.label}")
+    report.write_json(out / PARITY)
+    cfg = bundle_config(
+        loader=LOADER, fmt=FORMAT, model_files=[MODEL_FILE], source=model_path, source_cfg=scfg,
+        tokenizer=tokenizer, dim=int(exported.encode(["a"]).shape[1]), max_len=max_len,
+        quantization=qcfg.to_dict(),
+        extra={"onnx": {"opset": opset, "exporter": "torch.onnx legacy (dynamo=False)", "optimization": applied,
+                        "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "int8_ops": stats["int8_ops"],
+                        "onnxruntime_only": applied == "transformers" or qcfg.mode != "none"},
+               "parity": {"passed": report.passed, "mean_cosine": report.mean_cosine,
+                          "p1_drop": report.p1_drop, "gated": parity_gate}},
+    )
+    if parity_gate and not report.passed:
+        report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
+                               "Pass --no-parity-gate to keep it anyway")
+    write_bundle_config(out, cfg)
+    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+
+
+__all__ = [
+    "EmbeddingModule", "ExportResult", "OnnxEncoder", "QuantizationConfig", "calibration_sentences",
+    "export_module", "export_onnx", "graph_stats", "load_onnx_bundle", "optimize_graph", "quantize_graph",
+    "verify_quantized",
+]

@@ -1,0 +1,283 @@
+"""Parity of an exported model against its source: same sentences in, same embeddings out.
+
+:func:`check_parity` encodes held-out sentences of every language of the bundle (the embedded test
+set by default, up to ``max_sentences`` pairs per language) with the reference encoder (the torch
+source) and the exported one, and measures:
+
+- per language: max abs difference, mean and min cosine of the two embeddings of each sentence,
+  and bitext P@1 of both (``tinyglot.evaluation.evaluate_bitext``);
+- the norm of the exported rows (the graph must normalise);
+- batch and padding invariance: each of a few sentences encoded alone vs inside a padded batch of
+  long sentences (max abs difference).
+
+:class:`Gates` holds the thresholds; ``Gates.for_mode("none"|"dynamic"|"static"|"fp16")`` gives
+the defaults (fp32: mean cosine >= 0.9999; int8/fp16: mean cosine >= 0.99 and P@1 within 1 point).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tinyglot.encoder import Encoder
+from tinyglot.errors import TinyglotError
+from tinyglot.io import atomic_write_json
+
+
+@dataclass
+class Gates:
+    """Thresholds a bundle must meet.  P@1 figures are in points (percent)."""
+
+    min_mean_cosine: float = 0.9999
+    min_cosine: float = 0.999
+    max_abs_diff: float = 1e-3
+    max_p1_drop: float = 1.0
+    max_norm_error: float = 1e-3
+    max_invariance_diff: float = 1e-4
+
+    @classmethod
+    def for_mode(cls, mode: str) -> "Gates":
+        """Defaults for a quantization mode: ``none`` (fp32) is strict; int8 and fp16 looser."""
+        if mode in ("none", "fp32"):
+            return cls()
+        if mode == "fp16":
+            return cls(min_mean_cosine=0.99, min_cosine=0.95, max_abs_diff=0.1, max_p1_drop=1.0,
+                       max_norm_error=1e-2, max_invariance_diff=1e-2)
+        # int8: dynamic quantization scales activations per tensor, i.e. per batch, so the same
+        # sentence in another batch differs slightly; the cosine gates bound what matters.
+        return cls(min_mean_cosine=0.99, min_cosine=0.9, max_abs_diff=0.25, max_p1_drop=1.0,
+                   max_norm_error=1e-2, max_invariance_diff=5e-2)
+
+
+@dataclass
+class LangParity:
+    lang: str
+    n_sentences: int
+    mean_cosine: float
+    min_cosine: float
+    max_abs_diff: float
+    p1_reference: float  # percent, mean of both directions
+    p1_exported: float
+
+    @property
+    def p1_drop(self) -> float:
+        return self.p1_reference - self.p1_exported
+
+
+@dataclass
+class ParityReport:
+    """Figures of one parity check; :attr:`failures` lists the gates that failed, with numbers."""
+
+    gates: Gates
+    rows: list[LangParity] = field(default_factory=list)
+    max_norm_error: float = 0.0
+    invariance_diff: float = 0.0
+    invariance_sentences: int = 0
+    label: str = ""
+
+    # -------------------------------------------------------------- aggregates
+    @property
+    def n_sentences(self) -> int:
+        return sum(r.n_sentences for r in self.rows)
+
+    @property
+    def mean_cosine(self) -> float:
+        n = self.n_sentences
+        return float(sum(r.mean_cosine * r.n_sentences for r in self.rows) / n) if n else math.nan
+
+    @property
+    def min_cosine(self) -> float:
+        return min((r.min_cosine for r in self.rows), default=math.nan)
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((r.max_abs_diff for r in self.rows), default=math.nan)
+
+    @property
+    def p1_reference(self) -> float:
+        return float(np.mean([r.p1_reference for r in self.rows])) if self.rows else math.nan
+
+    @property
+    def p1_exported(self) -> float:
+        return float(np.mean([r.p1_exported for r in self.rows])) if self.rows else math.nan
+
+    @property
+    def p1_drop(self) -> float:
+        return self.p1_reference - self.p1_exported
+
+    @property
+    def failures(self) -> list[str]:
+        g = self.gates
+        out = []
+        if not self.rows:
+            return ["no sentences were compared"]
+        if not self.mean_cosine >= g.min_mean_cosine:
+            out.append(f"mean cosine {self.mean_cosine:.6f} < {g.min_mean_cosine}")
+        if not self.min_cosine >= g.min_cosine:
+            worst = min(self.rows, key=lambda r: r.min_cosine)
+            out.append(f"min cosine {self.min_cosine:.6f} < {g.min_cosine} (language {worst.lang})")
+        if not self.max_abs_diff <= g.max_abs_diff:
+            out.append(f"max abs diff {self.max_abs_diff:.3g} > {g.max_abs_diff}")
+        if not self.p1_drop <= g.max_p1_drop:
+            out.append(f"P@1 {self.p1_exported:.2f} vs reference {self.p1_reference:.2f}: "
+                       f"drop of {self.p1_drop:.2f} points > {g.max_p1_drop}")
+        if not self.max_norm_error <= g.max_norm_error:
+            out.append(f"rows are not L2-normalised: | |e| - 1 | up to {self.max_norm_error:.3g} > {g.max_norm_error}")
+        if not self.invariance_diff <= g.max_invariance_diff:
+            out.append(f"batch/padding invariance: a sentence alone vs in a padded batch differs by "
+                       f"{self.invariance_diff:.3g} > {g.max_invariance_diff}")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def raise_if_failed(self, fix: str | None = None) -> None:
+        if self.failures:
+            raise TinyglotError(
+                f"parity check failed{' for ' + self.label if self.label else ''}: " + "; ".join(self.failures),
+                fix or "the exported model does not compute what the source computes; "
+                       "pass --no-parity-gate to keep it anyway",
+            )
+
+    # -------------------------------------------------------------- output
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "passed": self.passed,
+            "failures": self.failures,
+            "gates": asdict(self.gates),
+            "n_sentences": self.n_sentences,
+            "mean_cosine": self.mean_cosine,
+            "min_cosine": self.min_cosine,
+            "max_abs_diff": self.max_abs_diff,
+            "p1_reference": self.p1_reference,
+            "p1_exported": self.p1_exported,
+            "p1_drop": self.p1_drop,
+            "max_norm_error": self.max_norm_error,
+            "invariance_diff": self.invariance_diff,
+            "invariance_sentences": self.invariance_sentences,
+            "languages": [{**asdict(r), "p1_drop": r.p1_drop} for r in self.rows],
+        }
+
+    def write_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        atomic_write_json(path, self.to_dict())
+        return path
+
+    def to_table(self):
+        from rich.table import Table
+
+        verdict = "[green]passed[/]" if self.passed else "[red]FAILED[/]"
+        table = Table(title=f"Parity {self.label or 'exported vs reference'}: {verdict}")
+        table.add_column("lang")
+        for name in ("sentences", "mean cos", "min cos", "max |Δ|", "P@1 ref", "P@1 exp", "Δ P@1"):
+            table.add_column(name, justify="right")
+        for i, r in enumerate(self.rows):
+            table.add_row(r.lang, str(r.n_sentences), f"{r.mean_cosine:.6f}", f"{r.min_cosine:.6f}",
+                          f"{r.max_abs_diff:.2e}", f"{r.p1_reference:.1f}", f"{r.p1_exported:.1f}",
+                          f"{-r.p1_drop:+.1f}", end_section=i == len(self.rows) - 1)
+        table.add_row("all", str(self.n_sentences), f"{self.mean_cosine:.6f}", f"{self.min_cosine:.6f}",
+                      f"{self.max_abs_diff:.2e}", f"{self.p1_reference:.1f}", f"{self.p1_exported:.1f}",
+                      f"{-self.p1_drop:+.1f}")
+        table.caption = (f"max | |e| - 1 |: {self.max_norm_error:.1e}; alone vs padded batch: "
+                         f"{self.invariance_diff:.1e} ({self.invariance_sentences} sentences)")
+        if self.failures:
+            table.caption += "\nfailed: " + "; ".join(self.failures)
+        return table
+
+
+def _subset(testset: Mapping[str, Sequence], languages: Sequence[str] | None, max_sentences: int) -> dict:
+    if languages is not None:
+        wanted = set(languages)
+        chosen = {lang: list(pairs) for lang, pairs in testset.items() if lang in wanted}
+        if not chosen:
+            raise TinyglotError(
+                f"the test set has none of the model's languages ({', '.join(sorted(wanted))}); "
+                f"it has {', '.join(sorted(testset))}",
+                "pass a test set in the model's languages",
+            )
+    else:
+        chosen = {lang: list(pairs) for lang, pairs in testset.items()}
+    return {lang: pairs[:max_sentences] for lang, pairs in chosen.items() if pairs}
+
+
+def _invariance(exported: Encoder, sentences: Sequence[str], n_probe: int = 3, n_long: int = 5) -> tuple[float, int]:
+    """Max abs diff of each probe sentence encoded alone vs in one padded batch of long sentences."""
+    uniq = sorted(set(sentences), key=len)
+    if len(uniq) < 2:
+        return 0.0, 0
+    probes = uniq[: min(n_probe, len(uniq) - 1)]
+    longs = uniq[-min(n_long, len(uniq) - len(probes)):]
+    batch = [*longs, *probes]
+    together = np.asarray(exported.encode(batch, batch_size=len(batch)), dtype=np.float32)
+    worst = 0.0
+    for i, s in enumerate(probes):
+        alone = np.asarray(exported.encode([s], batch_size=1), dtype=np.float32)[0]
+        worst = max(worst, float(np.abs(alone - together[len(longs) + i]).max()))
+    # batch size: the same sentences in batches of 2 vs all at once
+    halves = np.asarray(exported.encode(batch, batch_size=2), dtype=np.float32)
+    worst = max(worst, float(np.abs(halves - together).max()))
+    return worst, len(probes)
+
+
+def check_parity(
+    reference: Encoder,
+    exported: Encoder,
+    testset: Mapping[str, Sequence] | None = None,
+    gates: Gates | None = None,
+    *,
+    languages: Sequence[str] | None = None,
+    max_sentences: int = 100,
+    batch_size: int = 32,
+    label: str = "",
+) -> ParityReport:
+    """Compare ``exported`` against ``reference`` on held-out pairs (see the module docstring).
+
+    ``testset`` is ``{lang: [Pair]}`` (default: the embedded test set); ``languages`` keeps only
+    those (e.g. the bundle's); ``max_sentences`` caps the pairs per language (each pair gives two
+    sentences).  Returns a :class:`ParityReport`; it does not raise on a failed gate (call
+    :meth:`ParityReport.raise_if_failed`).
+    """
+    from tinyglot.evaluation import evaluate_bitext
+
+    if max_sentences < 1:
+        raise TinyglotError(f"max_sentences must be >= 1, got {max_sentences}")
+    if testset is None:
+        from tinyglot.data.embedded import load_testset
+
+        testset = load_testset()
+    subset = _subset(testset, languages, max_sentences)
+    if not subset:
+        raise TinyglotError("the parity test set is empty", "pass a test set with pairs")
+    report = ParityReport(gates or Gates(), label=label)
+    all_sentences: list[str] = []
+    for lang, pairs in subset.items():
+        sentences = [p.x for p in pairs] + [p.en for p in pairs]
+        all_sentences += sentences
+        ref = np.asarray(reference.encode(sentences, batch_size=batch_size), dtype=np.float64)
+        exp = np.asarray(exported.encode(sentences, batch_size=batch_size), dtype=np.float64)
+        if exp.shape != ref.shape:
+            raise TinyglotError(f"the exported model gives shape {exp.shape}, the reference {ref.shape}",
+                                "the export does not match its source; re-export it")
+        norms = np.linalg.norm(exp, axis=1)
+        report.max_norm_error = max(report.max_norm_error, float(np.abs(norms - 1).max()))
+        ref_n = ref / np.maximum(np.linalg.norm(ref, axis=1, keepdims=True), 1e-12)
+        exp_n = exp / np.maximum(norms[:, None], 1e-12)
+        cos = (ref_n * exp_n).sum(axis=1)
+        report.rows.append(LangParity(lang, len(sentences), float(cos.mean()), float(cos.min()),
+                                      float(np.abs(exp - ref).max()), math.nan, math.nan))
+    ref_p1 = evaluate_bitext(reference, subset, batch_size=batch_size)
+    exp_p1 = evaluate_bitext(exported, subset, batch_size=batch_size)
+    for row, r, e in zip(report.rows, ref_p1.rows, exp_p1.rows):
+        row.p1_reference = 100 * r.mean
+        row.p1_exported = 100 * e.mean
+    report.invariance_diff, report.invariance_sentences = _invariance(exported, all_sentences)
+    return report
+
+
+__all__ = ["Gates", "LangParity", "ParityReport", "check_parity"]
