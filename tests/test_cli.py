@@ -86,3 +86,24 @@ def test_teacher_train_and_eval_commands(tmp_path, small_corpus):
     assert "tfidf" in proc.stdout and "teacher" in proc.stdout
     models = [r["model"] for r in json.loads((run / "eval.json").read_text())["results"]]
     assert models == ["teacher (best)", "tfidf"]
+
+
+def test_eval_mining_and_sts_tasks(tmp_path, capsys):
+    data = tmp_path / "de.tsv"
+    rows = [("The printer is ready.", "Der Drucker ist bereit."), ("Open the file.", "Öffnen Sie die Datei."),
+            ("Save the document.", "Speichern Sie das Dokument."), ("Close the window.", "Schließen Sie das Fenster."),
+            ("Print the page.", "Drucken Sie die Seite."), ("Insert a table.", "Fügen Sie eine Tabelle ein."),
+            ("Delete the row.", "Löschen Sie die Zeile."), ("Rename the sheet.", "Benennen Sie das Blatt um.")]
+    data.write_text("".join(f"{en}\t{x}\n" for en, x in rows), encoding="utf-8")
+    assert main(["eval", "--model", "tfidf", "--data", str(data), "--task", "mining",
+                 "--json", str(tmp_path / "m.json")]) == 0
+    mining = json.loads((tmp_path / "m.json").read_text())
+    assert set(mining["languages"]) == {"de"} and 0 <= mining["primary_metric"] <= 1
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("open the file\topen the file\t5\nopen the file\topen a file\t4\n"
+                   "open the file\tprint the page\t1\nopen the file\tzzz qqq\t0\n", encoding="utf-8")
+    assert main(["eval", "--model", "tfidf", "--data", str(sts), "--task", "sts", "--json", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["spearman"] == pytest.approx(1.0)
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a\tb\n", encoding="utf-8")
+    assert main(["eval", "--model", "tfidf", "--data", str(bad), "--task", "sts"]) == 2

@@ -131,9 +131,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from tinyglot.evaluation import evaluate_bitext
 
     encoder = load_encoder_arg(args.model, args.device)
+    if args.task == "sts":
+        from tinyglot.evaluation.tasks import evaluate_sts
+        from tinyglot.io import atomic_write_json
+
+        if args.data is None:
+            raise TinyglotError("--task sts needs --data FILE", "pass a sentence1<TAB>sentence2<TAB>score file")
+        result = evaluate_sts(encoder, args.data, batch_size=args.batch_size)
+        _console().print(f"STS Spearman rho on {args.data} ({result['pairs']} pairs): {100 * result['spearman']:.1f}")
+        if args.json:
+            atomic_write_json(args.json, result)
+        return 0
     testset = load_testset(args.data, lang=args.lang)
-    result = evaluate_bitext(encoder, testset, batch_size=args.batch_size, margin=args.margin,
-                             model_name=args.model, testset_name=str(args.data or "embedded test set"))
+    name = str(args.data or "embedded test set")
+    if args.task == "mining":
+        from tinyglot.evaluation.tasks import evaluate_mining
+
+        result = evaluate_mining(encoder, testset, batch_size=args.batch_size, model_name=args.model,
+                                 testset_name=name)
+    else:
+        result = evaluate_bitext(encoder, testset, batch_size=args.batch_size, margin=args.margin,
+                                 model_name=args.model, testset_name=name)
     print_and_save_result(result, args.json)
     return 0
 
@@ -187,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="'tfidf' (baseline) or a model folder (teacher run, student, bundle)")
     p.add_argument("--data", type=Path, default=None, help="test set (default: the embedded test set)")
     p.add_argument("--lang", help="language of a single-language test file whose name does not say")
+    p.add_argument("--task", choices=["bitext", "mining", "sts"], default="bitext",
+                   help="bitext: P@1 both directions; mining: margin-based mining P/R/F1 with a threshold "
+                        "chosen on held-out pairs (BUCC style); sts: Spearman rho on a s1<TAB>s2<TAB>score file")
     p.add_argument("--margin", action="store_true", help="ratio-margin scoring (k=4) instead of cosine")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ import numpy as np
 from rich.table import Table
 
 from tinyglot.data.pairs import Pair
+from tinyglot.io import atomic_write_json
 from tinyglot.encoder import Encoder, l2_normalize
 from tinyglot.errors import TinyglotError
 from tinyglot.evaluation.metrics import bitext_p_at_1
@@ -94,20 +93,8 @@ class BitextResult:
 
     def write_json(self, path: str | Path) -> Path:
         """Write :meth:`to_dict` as JSON atomically (temporary file in the same folder, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, indent=2, ensure_ascii=False)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        atomic_write_json(path, self.to_dict())
+        return Path(path)
 
     @classmethod
     def read_json(cls, path: str | Path) -> BitextResult:

@@ -1,0 +1,140 @@
+"""``tinyglot bench``: measure bundles on a device; ``tinyglot bench report``; ``tinyglot bench devices``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in str(text).replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tinyglot.errors import TinyglotError
+
+    from .bench import run_bench
+
+    if not args.bundle:
+        raise TinyglotError("no bundle to benchmark", "pass --bundle PATH (repeat it for more), or use "
+                                                      "`tinyglot bench report` / `tinyglot bench devices`")
+    console = Console(highlight=False)
+    run = run_bench(args.bundle, args.device, threads=args.threads, batch=args.batch, seq=args.seq,
+                    min_queries=args.min_queries, min_seconds=args.min_seconds, warmup=args.warmup,
+                    db_path=args.db, progress=True, warmup_seconds=args.warmup_seconds,
+                    max_seconds=args.max_seconds, say=lambda m: console.print(escape(m)))
+    host = run.host
+    table = Table(title=f"{run.device}: {host.get('cpu_model', '?')} ({host.get('cores_logical', '?')} cores)")
+    for col in ("runtime", "bundle", "quant", "threads", "batch", "seq", "p50 ms", "p90 ms", "p99 ms",
+                "sent/s", "peak MB", "load ms", "queries"):
+        table.add_column(col, justify="left" if col in ("runtime", "bundle", "quant") else "right")
+    f = lambda v, d=2: "–" if v is None else f"{v:,.{d}f}"  # noqa: E731
+    for r in run.rows:
+        table.add_row(r["runtime"], r["bundle_name"], r["quantization"], str(r["threads"]), str(r["batch"]),
+                      str(r["seq"]), f(r["p50_ms"], 3), f(r["p90_ms"], 3), f(r["p99_ms"], 3),
+                      f(r["throughput_sps"], 1), f(r["peak_mb"], 1), f(r["load_ms"], 1), str(r["n_queries"]))
+    console.print(table)
+    for label, why in run.skipped:
+        console.print(escape(f"skipped {label}: {why}"), soft_wrap=True)
+    for label, why in run.failed:
+        console.print(f"[red]failed[/] {escape(label)}: {escape(why)}", soft_wrap=True)
+    console.print(escape(f"{len(run.rows)} measurement(s) stored in {run.db_path}; "
+                         f"`tinyglot bench report --db {run.db_path}` renders tables and plots"), soft_wrap=True)
+    return 1 if run.failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from .report import build_report
+
+    console = Console(highlight=False)
+    report = build_report(args.db, args.out, devices=args.device, p1_from=args.p1_from,
+                          eval_pairs=args.eval_pairs, say=lambda m: console.print(escape(m)))
+    console.print(escape(f"wrote {report.markdown}"), soft_wrap=True)
+    for p in report.plots:
+        console.print(escape(f"wrote {p}"), soft_wrap=True)
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .profiles import detect_host, list_profiles, load_profile
+
+    console = Console(highlight=False)
+    table = Table(title="device profiles (--device NAME, a .toml file, ssh://user@host[:port] or adb[://SERIAL])")
+    table.add_column("name", no_wrap=True, min_width=15)
+    for col in ("kind", "threads", "runtimes", "int8 preset", "description"):
+        table.add_column(col, overflow="fold")
+    for name in list_profiles():
+        p = load_profile(name)
+        table.add_row(p.name, p.kind, ",".join(map(str, p.threads)), ",".join(p.runtimes), p.int8_preset or "(detected)",
+                      escape(p.description))
+    console.print(table)
+    h = detect_host()
+    console.print(escape(f"this host: {h['cpu_model']} ({h['machine']}), {h['cores_logical']} logical / "
+                         f"{h['cores_physical']} physical cores, ISA {' '.join(h['flags']) or '-'}, "
+                         f"{(h['memory_bytes'] or 0) / 2**30:.1f} GiB, {h['os_name']}; "
+                         f"int8 export preset: {h['int8_preset']}"))
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .bench import DEFAULT_DB
+
+    p.add_argument("--bundle", action="append", type=Path, default=[],
+                   help="an exported bundle (onnx, tflite) or a student folder / teacher run (torch fp32 "
+                        "reference); repeat for more")
+    p.add_argument("--device", default="host",
+                   help="a profile name (tinyglot bench devices), a .toml file, ssh://user@host[:port] or adb[://SERIAL]")
+    p.add_argument("--threads", type=int_list, default=None, help="thread counts, e.g. 1,2,4 (default: the profile's)")
+    p.add_argument("--batch", type=int_list, default=[1], help="batch sizes (sentences per query), e.g. 1,32")
+    p.add_argument("--seq", type=int_list, default=[16, 32, 64, 128],
+                   help="sequence lengths in tokens (inputs padded/truncated to exactly this length)")
+    p.add_argument("--min-queries", type=int, default=1000, help="measured queries per combination, at least")
+    p.add_argument("--min-seconds", type=float, default=60.0, help="measured seconds per combination, at least")
+    p.add_argument("--max-seconds", type=float, default=600.0, help="stop a combination after this long anyway")
+    p.add_argument("--warmup", type=int, default=10, help="warm-up queries (at least)")
+    p.add_argument("--warmup-seconds", type=float, default=0.5, help="warm-up seconds (at least)")
+    p.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite file the measurements are added to")
+    p.set_defaults(func=cmd_bench)
+
+
+def register(sub) -> None:
+    from .bench import DEFAULT_DB
+
+    p = sub.add_parser(
+        "bench", help="latency, throughput, memory and size of bundles per device and runtime",
+        description="Benchmark bundles on a device: every threads x batch x seq combination in its own process "
+                    "(warm-up, then at least --min-queries queries and --min-seconds), p50/p90/p99 latency, "
+                    "sentences/s, peak memory, load time and file size, stored in SQLite.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
+    bsub = p.add_subparsers(dest="bench_command", metavar="ACTION")
+    r = bsub.add_parser("report", help="Markdown tables and PNG plots from the benchmark database",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r.add_argument("--db", type=Path, default=DEFAULT_DB)
+    r.add_argument("--out", type=Path, default=Path("runs/bench/report"), help="folder for report.md and the PNGs")
+    r.add_argument("--device", action="append", default=None, help="only this device (repeatable)")
+    r.add_argument("--p1-from", choices=["auto", "files", "eval"], default="auto",
+                   help="P@1 of each bundle: auto = parity.json/config.json/eval.json, else evaluate on the "
+                        "embedded test set (cached in the database); files = never evaluate; eval = always "
+                        "evaluate (the same test set for every bundle)")
+    r.add_argument("--eval-pairs", type=int, default=None, help="test pairs per language for that evaluation")
+    r.set_defaults(func=cmd_report)
+    d = bsub.add_parser("devices", help="the shipped device profiles and this host's CPU")
+    d.set_defaults(func=cmd_devices)

@@ -1,0 +1,515 @@
+"""TFLite bundles: a student (or EMS teacher) converted with litert-torch, one signature per
+(batch, sequence-length) bucket in one ``model.tflite``, run with the LiteRT interpreter.
+
+The recipe follows ``shared/TOOLCHAIN.md``: litert-torch converts at fixed input shapes only
+(dynamic sequence length did not convert), so the file holds one signature per bucket, named
+``b{batch}_s{seq}`` (e.g. ``b1_s16`` ... ``b32_s128``); the weights are stored once and shared by
+all signatures.  Inputs are int32 ``input_ids`` / ``attention_mask`` (bound by name at run time),
+the output is the L2-normalised mean-pooled embedding (pooling and normalisation in the graph, the
+:class:`~tinyglot.export.onnx.EmbeddingModule` of the ONNX export).
+
+============  ==========================================================================
+mode          how (``litert_torch.generative.quantize.quant_recipes``)
+============  ==========================================================================
+``none``      fp32
+``dynamic``   ``full_dynamic_recipe()``: dynamic-range int8 (int8 weights, activations
+              quantized at run time); the fast one on CPUs
+``fp16``      ``full_fp16_recipe()``: fp16 weights, fp32 compute; halves the file
+============  ==========================================================================
+
+Every quantized file is checked by reading its flatbuffer: the constant weights must really be
+int8 (or fp16) and take much less room than fp32 (TOOLCHAIN: the PT2E quantizer silently did
+nothing; the quant recipes work).
+
+:class:`TFLiteEncoder` tokenises, truncates to the largest bucket (= the bundle's ``max_len``),
+picks the smallest sequence bucket that holds the longest sentence of each batch, pads, and runs
+the signature whose batch fits (a larger batch is cut into chunks, a smaller one padded with
+copies of its first row, which are dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tinyglot.errors import TinyglotError
+
+from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
+    write_bundle_config
+from .parity import Gates, check_parity
+
+LOADER = "tinyglot.export.tflite:load_tflite_bundle"
+FORMAT = "tflite"
+MODEL_FILE = "model.tflite"
+INPUT_NAMES = ("input_ids", "attention_mask")
+MODES = ("none", "dynamic", "fp16")
+DEFAULT_BUCKETS = (16, 32, 64, 128)
+DEFAULT_BATCH_SIZES = (1, 8, 32)
+# TFLite schema TensorType -> (name, bytes per element)
+_TYPES = {0: ("float32", 4), 1: ("float16", 2), 2: ("int32", 4), 3: ("uint8", 1), 4: ("int64", 8),
+          9: ("int8", 1), 10: ("float64", 8), 7: ("int16", 2), 17: ("int4", 0.5)}
+
+log = logging.getLogger(__name__)
+
+
+def _require_litert(convert: bool = False):
+    try:
+        import ai_edge_litert.interpreter  # noqa: F401
+        if convert:
+            import litert_torch  # noqa: F401
+    except ImportError as exc:
+        what = "litert-torch and ai-edge-litert" if convert else "ai-edge-litert"
+        raise TinyglotError(f"TFLite {'export' if convert else 'bundles'} need {what} ({exc})",
+                            "pip install 'tinyglot[export]'") from None
+
+
+# ====================================================================== buckets
+def signature_name(batch: int, seq: int) -> str:
+    return f"b{int(batch)}_s{int(seq)}"
+
+
+def parse_ints(text: str | Sequence[int] | None, what: str = "buckets") -> tuple[int, ...] | None:
+    """``"16,32,64"`` -> ``(16, 32, 64)`` (sorted, unique); None stays None."""
+    if text is None:
+        return None
+    items = text.split(",") if isinstance(text, str) else list(text)
+    try:
+        values = sorted({int(str(x).strip()) for x in items if str(x).strip()})
+    except ValueError:
+        raise TinyglotError(f"--{what} takes comma-separated integers, got {text!r}", f"e.g. --{what} 16,32,64,128") \
+            from None
+    if not values or values[0] < 1:
+        raise TinyglotError(f"--{what} needs positive integers, got {text!r}", f"e.g. --{what} 16,32,64,128")
+    return tuple(values)
+
+
+def resolve_buckets(buckets: Sequence[int] | None, max_len: int) -> tuple[int, ...]:
+    """Sequence buckets clipped to the model's ``max_len``; ``max_len`` is always the largest one,
+    so that no sentence is cut shorter than in the source model."""
+    values = parse_ints(buckets if buckets is not None else DEFAULT_BUCKETS) or ()
+    if max_len < 1:
+        raise TinyglotError(f"max_len must be >= 1, got {max_len}")
+    return tuple(sorted({min(int(b), int(max_len)) for b in values} | {int(max_len)}))
+
+
+# ====================================================================== conversion
+def _quant_config(mode: str):
+    if mode == "none":
+        return None
+    from litert_torch.generative.quantize import quant_recipes
+
+    if mode == "dynamic":
+        return quant_recipes.full_dynamic_recipe()
+    if mode == "fp16":
+        return quant_recipes.full_fp16_recipe()
+    raise TinyglotError(f"unknown TFLite quantization {mode!r}", f"choose one of: {', '.join(MODES)}")
+
+
+def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], mode: str = "none",
+                   vocab_size: int = 100) -> Path:
+    """litert-torch conversion of ``module(input_ids, attention_mask)`` with one signature per
+    ``(batch, seq)`` in ``shapes`` (int32 inputs, passed as keyword arguments so that the file's
+    inputs are named ``input_ids``/``attention_mask``)."""
+    import torch
+
+    import litert_torch
+
+    from .onnx import _eager_attention
+
+    path = Path(path)
+    module.eval()
+    qcfg = _quant_config(mode)
+    conv = None
+    gen = torch.Generator().manual_seed(0)
+    for batch, seq in shapes:
+        ids = torch.randint(2, max(3, vocab_size), (batch, seq), generator=gen, dtype=torch.int32)
+        mask = torch.ones_like(ids)
+        if seq > 1:
+            mask[:, seq // 2:] = 0  # padded positions, so the masking path stays in the graph
+        kwargs = {"input_ids": ids * mask, "attention_mask": mask}
+        conv = (litert_torch if conv is None else conv).signature(signature_name(batch, seq), module,
+                                                                   sample_kwargs=kwargs)
+    inner = getattr(module, "model", module)
+    quiet = logging.getLogger("litert_torch")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        with _eager_attention(inner), torch.no_grad():
+            edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
+        edge.export(str(path))
+    except TinyglotError:
+        raise
+    except Exception as exc:  # the converter raises many types; name it for the user
+        raise TinyglotError(f"litert-torch conversion failed: {type(exc).__name__}: {exc}",
+                            "report this with the model's config.json") from exc
+    finally:
+        quiet.setLevel(level)
+    return path
+
+
+class _AlignedBuffer:  # namespace for the lazily defined BufferT subclass
+    cls = None
+
+
+def _aligned_buffer_class():
+    if _AlignedBuffer.cls is None:
+        from ai_edge_litert import schema_py_generated as schema
+
+        class AlignedBufferT(schema.BufferT):
+            """A BufferT that packs its bytes 16-byte aligned, as the TFLite converter does
+            (``force_align: 16`` in the schema; the generated Python packer ignores it)."""
+
+            def Pack(self, builder):
+                data = None
+                if self.data is not None:
+                    raw = np.ascontiguousarray(self.data, dtype=np.uint8).tobytes()
+                    builder.StartVector(1, len(raw), 16)
+                    builder.head = builder.Head() - len(raw)
+                    builder.Bytes[builder.Head():builder.Head() + len(raw)] = raw
+                    builder.vectorNumElems = len(raw)
+                    data = builder.EndVector()
+                schema.BufferStart(builder)
+                if data is not None:
+                    schema.BufferAddData(builder, data)
+                schema.BufferAddOffset(builder, self.offset)
+                schema.BufferAddSize(builder, self.size)
+                return schema.BufferEnd(builder)
+
+        _AlignedBuffer.cls = AlignedBufferT
+    return _AlignedBuffer.cls
+
+
+def shorten_tensor_names(path: str | Path) -> dict:
+    """Rewrite ``path`` with short names for the tensors inside each signature.
+
+    litert-torch names every tensor after its full module path (``...BertModel_encoder/...
+    BertLayer_0/...Linear_query;...``), once per signature: with a dozen buckets the names take
+    more room than int8 weights.  Signature inputs/outputs keep their names; the graph, the
+    buffers (shared by the signatures) and the signature defs are unchanged.
+    Returns ``{"bytes_before", "bytes_after"}``.
+    """
+    from ai_edge_litert.tools import flatbuffer_utils as fu
+
+    path = Path(path)
+    before = path.stat().st_size
+    model = fu.read_model_from_bytearray(bytearray(path.read_bytes()))
+    for g, sg in enumerate(model.subgraphs):
+        keep = set(sg.inputs or []) | set(sg.outputs or [])
+        for i, tensor in enumerate(sg.tensors):
+            if i not in keep:
+                tensor.name = f"t{i}"
+    aligned = _aligned_buffer_class()
+    for i, buf in enumerate(model.buffers):
+        new = aligned()
+        new.data, new.offset, new.size = buf.data, buf.offset, buf.size
+        model.buffers[i] = new
+    data = fu.convert_object_to_bytearray(model)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return {"bytes_before": before, "bytes_after": len(data)}
+
+
+def tflite_stats(path: str | Path) -> dict:
+    """What a .tflite file stores: signatures, and the constant buffers by dtype
+    (``{"weights": {dtype: elements}, "weight_bytes": {dtype: bytes}, "bytes", "subgraphs"}``).
+    Each buffer is counted once even if several signatures (subgraphs) share it."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    buf = Path(path).read_bytes()
+    model = schema.Model.GetRootAs(buf, 0)
+    seen: set[int] = set()
+    elements: Counter = Counter()
+    nbytes: Counter = Counter()
+    for g in range(model.SubgraphsLength()):
+        sg = model.Subgraphs(g)
+        for t in range(sg.TensorsLength()):
+            tensor = sg.Tensors(t)
+            b = tensor.Buffer()
+            if b <= 0 or b in seen or b >= model.BuffersLength():
+                continue
+            buffer = model.Buffers(b)
+            size = buffer.DataLength() or int(buffer.Size() or 0)
+            if size == 0:
+                continue
+            seen.add(b)
+            name, width = _TYPES.get(tensor.Type(), (f"type{tensor.Type()}", 1))
+            elements[name] += int(size / width) if width else size
+            nbytes[name] += size
+    return {"weights": dict(elements), "weight_bytes": dict(nbytes), "bytes": len(buf),
+            "subgraphs": model.SubgraphsLength()}
+
+
+def verify_quantized(path: str | Path, mode: str, fp32_weight_bytes: int | None = None) -> dict:
+    """Fail loudly when a quantized file is not: weights not int8/fp16, or not much smaller than fp32.
+
+    ``fp32_weight_bytes``: 4 x the source's parameter count (default: the file's constants as if
+    they were all fp32)."""
+    stats = tflite_stats(path)
+    if mode == "none":
+        return stats
+    w, wb = stats["weights"], stats["weight_bytes"]
+    total = sum(w.values()) or 1
+    const_bytes = sum(wb.values())
+    ref = fp32_weight_bytes or 4 * total
+    ratio = const_bytes / max(1, ref)
+    if mode == "dynamic":
+        low = (w.get("int8", 0) + w.get("uint8", 0)) / total
+        if low < 0.5 or ratio > 0.6:
+            raise TinyglotError(
+                f"the dynamic int8 TFLite model was not really quantized: {100 * low:.0f}% of constant "
+                f"elements int8, weights take {ratio:.2f}x their fp32 size",
+                "use litert-torch's quant_recipes.full_dynamic_recipe (TOOLCHAIN: the PT2E quantizer "
+                "silently does nothing)")
+    elif mode == "fp16":
+        half = w.get("float16", 0) / total
+        if half < 0.5 or ratio > 0.8:  # position constants folded per bucket stay fp32
+            raise TinyglotError(
+                f"the fp16 TFLite model was not converted: {100 * half:.0f}% of constant elements fp16, "
+                f"weights take {ratio:.2f}x their fp32 size", "use quant_recipes.full_fp16_recipe")
+    else:
+        raise TinyglotError(f"unknown TFLite quantization {mode!r}", f"choose one of: {', '.join(MODES)}")
+    stats["weight_ratio"] = ratio
+    return stats
+
+
+# ====================================================================== running a bundle
+@dataclass(frozen=True)
+class _Signature:
+    name: str
+    batch: int
+    seq: int
+    ids: str
+    mask: str
+    output: str
+
+
+class TFLiteEncoder:
+    """``Encoder`` over a multi-signature .tflite file (one signature per (batch, seq) bucket).
+
+    Inputs are bound by name (``input_ids``/``attention_mask``; files whose inputs are positional
+    ``args_0``/``args_1`` map in that order); shapes are read from the file, not from its names.
+    """
+
+    def __init__(self, model_path: str | Path, tokenizer, max_len: int | None = None, threads: int = 1,
+                 name: str = "") -> None:
+        _require_litert()
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.model_path = Path(model_path)
+        self.tokenizer = tokenizer
+        self.name = name or f"tflite ({self.model_path.parent.name})"
+        try:
+            self.interpreter = Interpreter(model_path=str(self.model_path), num_threads=max(1, int(threads)))
+        except Exception as exc:
+            raise TinyglotError(f"LiteRT cannot open {self.model_path} ({type(exc).__name__}: {exc})",
+                                "re-export the bundle with `tinyglot export --format tflite`") from None
+        self._runners: dict[str, Any] = {}
+        self.signatures: list[_Signature] = []
+        for sig_name, io in self.interpreter.get_signature_list().items():
+            inputs = list(io["inputs"])
+            if set(INPUT_NAMES) <= set(inputs):
+                ids_name, mask_name = INPUT_NAMES
+            elif set(inputs) == {"args_0", "args_1"}:
+                ids_name, mask_name = "args_0", "args_1"
+            else:
+                raise TinyglotError(f"{self.model_path} signature {sig_name!r} takes inputs {inputs}",
+                                    f"tinyglot feeds {list(INPUT_NAMES)}; re-export with `tinyglot export`")
+            details = self._runner(sig_name).get_input_details()[ids_name]
+            batch, seq = (int(x) for x in details["shape"])
+            self.signatures.append(_Signature(sig_name, batch, seq, ids_name, mask_name, io["outputs"][0]))
+        if not self.signatures:
+            raise TinyglotError(f"{self.model_path} has no signatures", "re-export with `tinyglot export`")
+        self.buckets = tuple(sorted({s.seq for s in self.signatures}))
+        self.max_len = min(int(max_len), self.buckets[-1]) if max_len else self.buckets[-1]
+        self._by_seq = {seq: sorted((s for s in self.signatures if s.seq == seq), key=lambda s: s.batch)
+                        for seq in self.buckets}
+
+    def _runner(self, name: str):
+        if name not in self._runners:
+            self._runners[name] = self.interpreter.get_signature_runner(name)
+        return self._runners[name]
+
+    def bucket_for(self, length: int) -> int:
+        """The smallest sequence bucket that holds ``length`` tokens (the largest one if none does)."""
+        for seq in self.buckets:
+            if seq >= length:
+                return seq
+        return self.buckets[-1]
+
+    def signature_for(self, rows: int, seq: int) -> _Signature:
+        """The signature run for ``rows`` rows at bucket ``seq``: the smallest batch that holds them,
+        else the largest (the rows are then run in chunks)."""
+        sigs = self._by_seq[seq]
+        for s in sigs:
+            if s.batch >= rows:
+                return s
+        return sigs[-1]
+
+    def run_batch(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Embeddings of already tokenised rows (any count, any width <= the largest bucket)."""
+        ids = np.asarray(ids)
+        mask = np.asarray(mask)
+        n, width = ids.shape
+        cols = np.nonzero(mask.any(axis=0))[0]
+        used = int(cols.max()) + 1 if len(cols) else 1  # the last column any row attends to
+        seq = self.bucket_for(used)  # longer rows are truncated to the largest bucket
+        full_ids = np.zeros((n, seq), dtype=np.int32)
+        full_mask = np.zeros((n, seq), dtype=np.int32)
+        w = min(width, seq)
+        full_ids[:, :w] = ids[:, :w]
+        full_mask[:, :w] = mask[:, :w]
+        out: list[np.ndarray] = []
+        start = 0
+        while start < n:
+            sig = self.signature_for(n - start, seq)
+            chunk_ids = full_ids[start:start + sig.batch]
+            chunk_mask = full_mask[start:start + sig.batch]
+            real = len(chunk_ids)
+            if real < sig.batch:  # pad rows with copies of the first row; their outputs are dropped
+                fill = sig.batch - real
+                chunk_ids = np.concatenate([chunk_ids, np.repeat(chunk_ids[:1], fill, axis=0)])
+                chunk_mask = np.concatenate([chunk_mask, np.repeat(chunk_mask[:1], fill, axis=0)])
+            result = self._runner(sig.name)(**{sig.ids: np.ascontiguousarray(chunk_ids),
+                                               sig.mask: np.ascontiguousarray(chunk_mask)})
+            out.append(np.asarray(result[sig.output], dtype=np.float32)[:real])
+            start += real
+        return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        if isinstance(sentences, str):
+            raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
+        ids = self.tokenizer.encode_ids(list(sentences), self.max_len)
+        if not ids:
+            raise TinyglotError("encode() got no sentences", "pass at least one sentence")
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        out: np.ndarray | None = None
+        step = max(1, int(batch_size))
+        for start in range(0, len(order), step):
+            rows = order[start:start + step]
+            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
+            emb = self.run_batch(batch.ids, batch.mask)
+            if out is None:
+                out = np.zeros((len(ids), emb.shape[1]), dtype=np.float32)
+            out[rows] = emb
+        return out
+
+
+def load_tflite_bundle(path: str | Path, threads: int = 1, **_: Any) -> TFLiteEncoder:
+    """The loader named in a TFLite bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
+    from tinyglot.tokenizer import Tokenizer
+
+    path = Path(path)
+    cfg = read_bundle(path, FORMAT)
+    tokenizer = Tokenizer.load(path / cfg.get("tokenizer", TOKENIZER))
+    if cfg.get("tokenizer_sha256") not in (None, tokenizer.sha256):
+        raise TinyglotError(f"{path}/tokenizer.model does not match the bundle's config",
+                            "copy the tokenizer.model the bundle was exported with")
+    q = cfg.get("quantization", {}).get("mode", "")
+    return TFLiteEncoder(path / cfg["files"][0], tokenizer, cfg["max_len"], threads=threads,
+                         name=f"tflite{'-' + q if q and q != 'none' else ''} ({path.name})")
+
+
+# ====================================================================== the whole export
+def _n_params(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def export_tflite(
+    model: str | Path,
+    out: str | Path,
+    quantization: str = "none",
+    *,
+    buckets: Sequence[int] | str | None = DEFAULT_BUCKETS,
+    batch_sizes: Sequence[int] | str | None = DEFAULT_BATCH_SIZES,
+    threads: int = 1,
+    max_sentences: int = 100,
+    testset=None,
+    gates: Gates | None = None,
+    parity_gate: bool = True,
+    module_factory: Callable[[Any], Any] | None = None,
+    extra_config: dict | None = None,
+    say: Callable[[str], None] = lambda msg: None,
+):
+    """Export the student or teacher at ``model`` to a TFLite bundle in ``out`` and check its parity.
+
+    ``quantization``: ``none`` | ``dynamic`` (int8 dynamic range) | ``fp16``.  ``buckets``:
+    sequence lengths (clipped to the model's ``max_len``, which is always the largest bucket);
+    ``batch_sizes``: the batch of each signature (one signature per batch x bucket).
+    ``module_factory(source_model)`` builds the module to convert (default ``EmbeddingModule``).
+    As for ONNX, ``config.json`` is written last and only if the parity gates pass (or
+    ``parity_gate=False``).  Returns an :class:`~tinyglot.export.onnx.ExportResult`.
+    """
+    _require_litert(convert=True)
+    from .onnx import ExportResult, _embedding_module_class
+
+    mode = quantization or "none"
+    if mode not in MODES:
+        raise TinyglotError(f"unknown TFLite quantization {mode!r}", f"choose one of: {', '.join(MODES)}")
+    model_path, out = Path(model), Path(out)
+    source, tokenizer, scfg = load_source(model_path)
+    if out.resolve() == model_path.resolve():
+        raise TinyglotError("the bundle folder is the source folder", "pass another --out")
+    if out.exists() and (out / "config.json").exists():
+        existing = (out / "config.json").read_text(encoding="utf-8")
+        if '"kind": "bundle"' not in existing:
+            raise TinyglotError(f"{out} holds another tinyglot model", "pass an empty or new --out folder")
+    max_len = int(scfg["max_len"])
+    seqs = resolve_buckets(buckets, max_len)
+    batches = parse_ints(batch_sizes if batch_sizes is not None else DEFAULT_BATCH_SIZES, "batch-sizes")
+    shapes = [(b, s) for s in seqs for b in batches]
+    factory = module_factory or _embedding_module_class()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
+        say(f"converting {model_path} ({scfg.get('kind')}) with litert-torch: {len(shapes)} signatures "
+            f"(batches {list(batches)} x buckets {list(seqs)}), quantization {mode}")
+        final = convert_module(factory(source), Path(tmp) / MODEL_FILE, shapes, mode, tokenizer.vocab_size)
+        renamed = shorten_tensor_names(final)
+        stats = verify_quantized(final, mode, 4 * _n_params(source))
+        for stale in ("config.json", PARITY):
+            (out / stale).unlink(missing_ok=True)
+        os.replace(final, out / MODEL_FILE)
+    tokenizer.save(out / TOKENIZER)
+
+    from tinyglot.models import TorchEncoder
+
+    say(f"checking parity against the source on up to {max_sentences} pairs per language")
+    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
+    exported = TFLiteEncoder(out / MODEL_FILE, tokenizer, max_len, threads=threads)
+    report = check_parity(reference, exported, testset, gates or Gates.for_mode(mode),
+                          languages=tokenizer.languages, max_sentences=max_sentences, label=f"tflite {mode}")
+    report.write_json(out / PARITY)
+    qdict = {"mode": mode, "name": mode,
+             "recipe": {"none": None, "dynamic": "quant_recipes.full_dynamic_recipe",
+                        "fp16": "quant_recipes.full_fp16_recipe"}[mode]}
+    cfg = bundle_config(
+        loader=LOADER, fmt=FORMAT, model_files=[MODEL_FILE], source=model_path, source_cfg=scfg,
+        tokenizer=tokenizer, dim=int(exported.encode(["a"]).shape[1]), max_len=max_len, quantization=qdict,
+        extra={"tflite": {"converter": "litert-torch", "buckets": list(seqs), "batch_sizes": list(batches),
+                          "signatures": [{"name": s.name, "batch": s.batch, "seq": s.seq}
+                                         for s in exported.signatures],
+                          "inputs": list(INPUT_NAMES), "input_dtype": "int32",
+                          "weights": stats["weights"], "weight_bytes": stats["weight_bytes"],
+                          "bytes_before_renaming": renamed["bytes_before"]},
+               "parity": {"passed": report.passed, "mean_cosine": report.mean_cosine,
+                          "p1_drop": report.p1_drop, "gated": parity_gate},
+               **(extra_config or {})},
+    )
+    if parity_gate and not report.passed:
+        report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
+                               "Pass --no-parity-gate to keep it anyway")
+    write_bundle_config(out, cfg)
+    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+
+
+__all__ = [
+    "DEFAULT_BATCH_SIZES", "DEFAULT_BUCKETS", "TFLiteEncoder", "convert_module", "export_tflite",
+    "load_tflite_bundle", "parse_ints", "resolve_buckets", "shorten_tensor_names", "signature_name", "tflite_stats", "verify_quantized",
+]
