@@ -26,7 +26,8 @@ queries AND ``min_seconds`` have passed, or ``max_seconds`` (a cap, as benchmark
 ``--max_secs``).  A query is one batch of ``batch`` sentences padded/truncated to exactly ``seq``
 tokens.  Percentiles are nearest-rank order statistics of the per-query latencies; throughput is
 sentences per second of the measured loop's wall time.  Memory: peak resident set size of the
-process (``ru_maxrss``), the resident size before the model was loaded, and their difference.
+process (``VmHWM`` on Linux/Android, else ``ru_maxrss``), the resident size before the model was
+loaded, and their difference.
 
 Prints one line ``TINYGLOT_BENCH_RESULT {json}`` on stdout (the last line); errors exit with
 status 1 and the line ``TINYGLOT_BENCH_ERROR {json}``.
@@ -63,6 +64,19 @@ def _rss_bytes() -> int | None:
 
 
 def _peak_rss_bytes() -> int | None:
+    """Peak resident set size of this process's own address space.
+
+    Linux/Android: ``VmHWM`` of /proc/self/status.  Not ``ru_maxrss`` there: it carries over the
+    parent's peak through fork/exec, so a runner started by a big parent would report the parent.
+    Elsewhere ``ru_maxrss`` (macOS: bytes), then psutil.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
 

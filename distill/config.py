@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tinyglot.config import replace
+from tinyglot.config import replace, validate_positive
 from tinyglot.errors import TinyglotError
 
 
@@ -21,6 +21,7 @@ class StudentConfig:
     vocab_size: int = 0  # set from the tokenizer
 
     def validate(self) -> None:
+        validate_positive(self, ("hidden_size", "num_layers", "num_heads", "ffn_size", "max_len"), "student")
         if self.hidden_size % self.num_heads:
             raise TinyglotError(f"student hidden_size {self.hidden_size} is not divisible by num_heads "
                                 f"{self.num_heads}", "pick a head count that divides the hidden size")
@@ -61,6 +62,14 @@ class DistillTrainConfig:
     amp: bool = True
     threads: int = 0
     teacher_batch_size: int = 64
+
+
+    def validate(self) -> None:
+        validate_positive(self, ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm", "lang_temperature",
+                                 "dev_pairs_per_lang", "log_every", "eval_every", "save_every",
+                                 "teacher_batch_size"), "train")
+        if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
+            raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
 
 
 @dataclass
@@ -104,4 +113,5 @@ def get_preset(name: str, overrides: dict | None = None) -> DistillPreset:
     if overrides:
         preset = replace(preset, overrides)
     preset.student.validate()
+    preset.train.validate()
     return preset

@@ -4,6 +4,7 @@ embeddings (feature distillation) and similarity matrices (logit distillation)."
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,7 +21,8 @@ from tinyglot.evaluation import BitextResult, evaluate_bitext
 from tinyglot.models import TorchEncoder
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
-from tinyglot.training import load_checkpoint, seed_everything, select_device
+from tinyglot.training import (load_checkpoint, prepare_run_dir, run_tokenizer, seed_everything,
+                               select_device)
 
 from .cache import teacher_embeddings
 from .config import DistillPreset
@@ -28,6 +30,14 @@ from .losses import ams_loss, feature_distillation, logit_distillation
 from .student import Student, save_student
 
 log = logging.getLogger("tinyglot.distill")
+
+
+def check_dimensions(student_dim: int, teacher_dim: int) -> None:
+    if student_dim > teacher_dim:
+        raise TinyglotError(
+            f"the student dimension {student_dim} is larger than the teacher's {teacher_dim}",
+            "distillation compresses: pick a smaller student (e.g. lealla-small, 128-d)",
+        )
 
 
 @dataclass
@@ -53,19 +63,14 @@ class LealLATrainer:
         if tc.threads:
             torch.set_num_threads(tc.threads)
         self.device = select_device(tc.device)
-        if (self.out / "last.pt").exists() and not resume:
-            raise TinyglotError(f"{self.out} already holds a distillation run (last.pt)",
-                                "pass --resume to continue it, or choose another --out folder")
-        if resume and not (self.out / "last.pt").exists():
-            raise TinyglotError(f"--resume: no checkpoint in {self.out}", "run without --resume first")
-        self.out.mkdir(parents=True, exist_ok=True)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise TinyglotError("LEALLA distillation runs in one process", "run it without torchrun")
+        if isinstance(getattr(teacher, "dim", None), int):  # before the (long) teacher pass
+            check_dimensions(preset.student.hidden_size, teacher.dim)
+        prepare_run_dir(self.out, resume, "distillation run")
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
-        tok_path = self.out / "tokenizer.model"
-        if tokenizer is None and tok_path.exists():
-            tokenizer = Tokenizer.load(tok_path)
-        if tokenizer is None:
-            tokenizer = train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed)
-        tokenizer.save(tok_path)
+        tokenizer = run_tokenizer(self.out, tokenizer, resume,
+                                  lambda: train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed))
         check_tokenizer(tokenizer, [*train_g, PIVOT])
         self.tokenizer = tokenizer
         preset.student.vocab_size = tokenizer.vocab_size
@@ -80,11 +85,7 @@ class LealLATrainer:
                                         identity=teacher_identity, batch_size=tc.teacher_batch_size,
                                         progress=progress)
         self.teacher_dim = int(self.t_emb.shape[1])
-        if preset.student.hidden_size > self.teacher_dim:
-            raise TinyglotError(
-                f"the student dimension {preset.student.hidden_size} is larger than the teacher's {self.teacher_dim}",
-                "distillation compresses: pick a smaller student (e.g. lealla-small, 128-d)",
-            )
+        check_dimensions(preset.student.hidden_size, self.teacher_dim)
 
     def meta(self) -> dict:
         return {"kind": "lealla-run", "student": to_dict(self.preset.student), "loss": to_dict(self.preset.loss),
@@ -129,7 +130,7 @@ class LealLATrainer:
         result = loop.run(self._micro_loss, lambda: self.evaluate(model), on_step=on_step)
         best = self.out / "best.pt"
         if best.exists():
-            model.load_state_dict(load_checkpoint(best, expect={"kind": "lealla-run"})["model"])
+            model.load_state_dict(load_checkpoint(best, expect=self.meta())["model"])
         model.eval()
         student_dir = save_student(model.cpu(), self.tokenizer, self.out / "student", {
             "preset": self.preset_name, "teacher": self.identity, "teacher_dim": self.teacher_dim,

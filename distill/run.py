@@ -53,6 +53,11 @@ def ensure_default_teacher(say=print, progress: bool = True, preset: str = DEFAU
     return path
 
 
+def resolve_spec(spec: str) -> str:
+    """A folder spec as an absolute path, so saved configs that name it work from anywhere."""
+    return str(Path(spec).resolve()) if Path(spec).exists() else spec
+
+
 def teacher_tokenizer(spec: str) -> Tokenizer | None:
     """A tinyglot teacher's own vocabulary (the student reuses it); None for other teachers."""
     path = Path(spec)
@@ -80,7 +85,7 @@ def write_report(out: Path, results: list[BitextResult], info: dict) -> dict:
     for i, lang in enumerate(langs):
         lines.append(f"| {lang} | " + " | ".join(f"{100 * r.rows[i].mean:.1f}" for r in results) + " |")
     lines.append("| **average** | " + " | ".join(f"**{100 * r.primary_metric:.1f}**" for r in results) + " |")
-    lines += ["", f"Retention (student / teacher average P@1): "
+    lines += ["", "Retention (student / teacher average P@1): "
               + ("n/a" if retention is None else f"{100 * retention:.1f} %"), "",
               "| | value |", "|---|---|"]
     for key in ("teacher", "student_dim", "teacher_dim", "student_parameters", "student_bytes",
@@ -100,7 +105,7 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
     from .teachers import load_teacher_encoder
 
     started = time.time()
-    teacher_spec = teacher or str(ensure_default_teacher(say, progress))
+    teacher_spec = resolve_spec(teacher) if teacher else str(ensure_default_teacher(say, progress))
     teacher_enc = load_teacher_encoder(teacher_spec)
     out = Path(out or Path("runs") / "distill" / f"dimred-{dim}")
     say(f"distill: dimension reduction of {teacher_spec} to {dim} -> {out}")
@@ -127,7 +132,7 @@ def run_distill(student: str = "lealla-small", teacher: str | None = None, data:
 
     started = time.time()
     preset = get_preset(student, overrides)
-    teacher_spec = teacher or str(ensure_default_teacher(say, progress))
+    teacher_spec = resolve_spec(teacher) if teacher else str(ensure_default_teacher(say, progress))
     teacher_enc = load_teacher_encoder(teacher_spec)
     out = Path(out or Path("runs") / "distill" / student)
     say(f"distill: {student} from {teacher_spec} -> {out}")

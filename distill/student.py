@@ -3,16 +3,18 @@ like any transformers model, plus tinyglot's tokenizer and config."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import BertConfig, BertModel
+from transformers import BertModel
 
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_write_json
-from tinyglot.models import TorchEncoder, mean_pool, read_model_config
+from tinyglot.models import TorchEncoder, bert_config, mean_pool, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
 
@@ -20,13 +22,6 @@ from .config import StudentConfig
 
 KIND = "lealla-student"
 LOADER = "tinyglot.distill.student:load_student"
-
-
-def bert_config(cfg: StudentConfig) -> BertConfig:
-    return BertConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-                      num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size,
-                      hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
-                      max_position_embeddings=cfg.max_len, type_vocab_size=1, pad_token_id=0)
 
 
 class Student(nn.Module):
@@ -41,7 +36,8 @@ class Student(nn.Module):
         if cfg.vocab_size <= 0:
             raise TinyglotError("the student's vocab_size is not set", "build the student from a tokenizer")
         self.cfg = cfg
-        self.encoder = BertModel(bert_config(cfg), add_pooling_layer=False)
+        self.encoder = BertModel(bert_config(cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
+                                             cfg.ffn_size, cfg.max_len, cfg.dropout), add_pooling_layer=False)
         self.fd_proj = nn.Linear(cfg.hidden_size, teacher_dim) if teacher_dim else None
 
     def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -56,6 +52,22 @@ class Student(nn.Module):
 def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: dict | None = None) -> Path:
     """Write ``out/`` as a transformers model folder (``model/``) + ``tokenizer.model`` + ``config.json``."""
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        _write_student(model, tokenizer, tmp, extra)
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if out.exists():
+            out.rename(old)  # a kill between the two renames leaves .old, never a half folder
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _write_student(model: Student, tokenizer: Tokenizer, out: Path, extra: dict | None) -> None:
     model.encoder.save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save(out / "tokenizer.model")
     atomic_write_json(out / "config.json", {
@@ -64,7 +76,6 @@ def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: d
         "languages": list(tokenizer.languages), "pooling": "mean", "normalize": True,
         "parameters": model.parameter_counts(), **(extra or {}),
     })
-    return out
 
 
 def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
@@ -82,7 +93,11 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
         raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces, the student expects {scfg.vocab_size}",
                               "use the tokenizer the student was trained with")
     model = Student(scfg)
-    model.encoder = BertModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
+    try:
+        model.encoder = BertModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"the student weights in {path / 'model'} cannot be read ({exc})",
+                              "re-create the student (tinyglot distill ... --resume finishes a run)") from None
     model.eval()
     return model, tokenizer, cfg
 

@@ -2,7 +2,10 @@
 
 A bundle folder holds the model file(s), ``tokenizer.model``, ``config.json`` (with the
 ``loader`` that ``tinyglot.load`` follows) and ``parity.json``.  Formats: ONNX
-(:mod:`tinyglot.export.onnx`: fp32, dynamic/static int8, fp16); TFLite and SavedModel later.
+(:mod:`tinyglot.export.onnx`: fp32, dynamic/static int8, fp16), TFLite (:mod:`tinyglot.export.tflite`:
+fixed-shape signatures per (batch, sequence) bucket; fp32, dynamic-range int8, fp16) and a TF-Hub
+SavedModel that takes raw strings (:mod:`tinyglot.export.savedmodel`); vocabulary pruning
+(:mod:`tinyglot.export.prune`).
 
     from tinyglot.export import export_onnx, QuantizationConfig
     export_onnx("runs/distill/lealla-small/student", "bundles/small-int8", QuantizationConfig.avx512_vnni())
@@ -29,6 +32,14 @@ _EXPORTS = {
     "check_parity": "parity",
     "load_source": "bundle",
     "read_bundle": "bundle",
+    "TFLiteEncoder": "tflite",
+    "export_tflite": "tflite",
+    "load_tflite_bundle": "tflite",
+    "SavedModelEncoder": "savedmodel",
+    "export_savedmodel": "savedmodel",
+    "load_savedmodel_bundle": "savedmodel",
+    "prune_student": "prune",
+    "prune_and_export": "prune",
 }
 
 __all__ = sorted(_EXPORTS)

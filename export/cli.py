@@ -1,12 +1,24 @@
-"""``tinyglot export``: a student (or EMS teacher) to a bundle, with a parity check against it."""
+"""``tinyglot export``: a student (or EMS teacher) to a bundle, with a parity check against it.
+
+    tinyglot export --model STUDENT --format onnx --quantize dynamic
+    tinyglot export --model STUDENT --format tflite --quantize dynamic --buckets 16,32,64,128
+    tinyglot export --model STUDENT --format savedmodel
+    tinyglot export --model STUDENT --format tflite --prune-vocab --languages de,fr,ja
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-FORMATS = ("onnx",)  # tflite and savedmodel are added by their own modules
+FORMATS = ("onnx", "tflite", "savedmodel")
 QUANTIZE = ("none", "dynamic", "avx2", "avx512-vnni", "arm64", "static", "fp16")
+# the --quantize values each format accepts
+QUANTIZE_BY_FORMAT = {
+    "onnx": QUANTIZE,
+    "tflite": ("none", "dynamic", "fp16"),
+    "savedmodel": ("none",),
+}
 
 
 def default_out(model: Path, fmt: str, quantize: str) -> Path:
@@ -30,20 +42,57 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise TinyglotError(f"--max-sentences must be >= 1, got {args.max_sentences}")
     console = Console(highlight=False)
     say = lambda msg: console.print(escape(msg))  # noqa: E731
+    allowed = QUANTIZE_BY_FORMAT[args.format]
+    if args.quantize not in allowed:
+        raise TinyglotError(f"--quantize {args.quantize} is not available for --format {args.format}",
+                            f"choose one of: {', '.join(allowed)}")
+    if (args.languages or args.corpus) and not args.prune_vocab:
+        raise TinyglotError("--languages and --corpus choose what --prune-vocab keeps",
+                            "add --prune-vocab (or drop --languages/--corpus)")
+    if args.prune_vocab and not (args.languages or args.corpus):
+        raise TinyglotError("--prune-vocab needs --languages (e.g. de,fr,ja) or --corpus FILE")
+    if args.format != "tflite" and (args.buckets or args.batch_sizes):
+        raise TinyglotError("--buckets and --batch-sizes are TFLite options", "add --format tflite")
     out = args.out or default_out(args.model, args.format, args.quantize)
+    try:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    except ImportError:  # pragma: no cover
+        pass
+    common = dict(threads=args.threads, max_sentences=args.max_sentences, parity_gate=not args.no_parity_gate)
     if args.format == "onnx":
-        from .onnx import export_onnx
+        kwargs = dict(common, quantization=args.quantize, optimize=args.optimize)
+    elif args.format == "tflite":
+        from .tflite import DEFAULT_BATCH_SIZES, DEFAULT_BUCKETS, parse_ints
 
-        try:
-            import torch
-
-            torch.set_num_threads(args.threads)
-        except ImportError:  # pragma: no cover
-            pass
-        result = export_onnx(args.model, out, args.quantize, optimize=args.optimize, threads=args.threads,
-                             max_sentences=args.max_sentences, parity_gate=not args.no_parity_gate, say=say)
+        kwargs = dict(common, quantization=args.quantize,
+                      buckets=parse_ints(args.buckets) or DEFAULT_BUCKETS,
+                      batch_sizes=parse_ints(args.batch_sizes, "batch-sizes") or DEFAULT_BATCH_SIZES)
+    elif args.format == "savedmodel":
+        kwargs = dict(common)
     else:  # pragma: no cover - argparse restricts the choices
         raise TinyglotError(f"unknown format {args.format!r}", f"choose one of: {', '.join(FORMATS)}")
+    pruning = None
+    if args.prune_vocab:
+        from .prune import prune_and_export
+
+        languages = [x.strip() for x in args.languages.split(",") if x.strip()] if args.languages else None
+        result, pruning = prune_and_export(args.model, out, args.format, languages=languages, corpus=args.corpus,
+                                           student_out=args.pruned_student, say=say, **kwargs)
+    elif args.format == "onnx":
+        from .onnx import export_onnx
+
+        q = kwargs.pop("quantization")
+        result = export_onnx(args.model, out, q, say=say, **kwargs)
+    elif args.format == "tflite":
+        from .tflite import export_tflite
+
+        result = export_tflite(args.model, out, say=say, **kwargs)
+    else:
+        from .savedmodel import export_savedmodel
+
+        result = export_savedmodel(args.model, out, say=say, **kwargs)
     console.print(result.parity.to_table())
     table = Table(title=f"bundle {result.out}")
     table.add_column("file")
@@ -55,6 +104,18 @@ def cmd_export(args: argparse.Namespace) -> int:
         table.add_row("source weights", human_size(result.source_bytes), end_section=True)
         table.add_row("model / source", f"{model_bytes / result.source_bytes:.2f}x")
     console.print(table)
+    if pruning is not None:
+        p = pruning
+        table = Table(title=f"vocabulary pruning to {', '.join(p.languages)} ({p.corpus})")
+        for name in ("", "before", "after"):
+            table.add_column(name, justify="right" if name else "left")
+        table.add_row("pieces", str(p.vocab_before), str(p.vocab_after))
+        table.add_row("parameters", f"{p.params_before:,}", f"{p.params_after:,}")
+        table.add_row("weights", human_size(p.weights_bytes_before), human_size(p.weights_bytes_after))
+        for lang in p.p1_before:
+            table.add_row(f"P@1 {lang}", f"{p.p1_before[lang]:.1f}", f"{p.p1_after[lang]:.1f}")
+        console.print(table)
+        say(f"pruned student: {p.out}")
     if not result.parity.passed:
         console.print("[yellow]parity gate failed; bundle kept because of --no-parity-gate[/]")
     say(f"bundle: {result.out}  (load with tinyglot.load, evaluate with tinyglot eval --model {result.out})")
@@ -64,14 +125,33 @@ def cmd_export(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, type=Path,
                    help="a student folder (tinyglot distill) or an EMS teacher run (tinyglot teacher train)")
-    p.add_argument("--format", choices=FORMATS, default="onnx")
+    p.add_argument("--format", choices=FORMATS, default="onnx",
+                   help="onnx (onnxruntime); tflite (LiteRT, one signature per batch x sequence bucket); "
+                        "savedmodel (TF SavedModel taking raw strings, loads with tensorflow_hub.KerasLayer)")
     p.add_argument("--quantize", choices=QUANTIZE, default="none",
-                   help="none (fp32); dynamic int8 (TOOLCHAIN recipe); avx2 / avx512-vnni / arm64 "
-                        "(dynamic int8 presets per CPU); static int8 calibrated on the embedded corpus; fp16")
+                   help="onnx: none (fp32); dynamic int8 (TOOLCHAIN recipe); avx2 / avx512-vnni / arm64 "
+                        "(dynamic int8 presets per CPU); static int8 calibrated on the embedded corpus; fp16. "
+                        "tflite: none, dynamic (dynamic-range int8), fp16. savedmodel: none")
+    p.add_argument("--buckets", default=None,
+                   help="tflite: sequence-length buckets, e.g. 16,32,64,128 (clipped to the model's max_len, "
+                        "which is always the largest)")
+    p.add_argument("--batch-sizes", default=None,
+                   help="tflite: the batch of each signature, e.g. 1,8,32 (one signature per batch x bucket)")
+    p.add_argument("--prune-vocab", action="store_true",
+                   help="first cut the student's vocabulary to the pieces of --languages (or --corpus), "
+                        "then export the pruned student")
+    p.add_argument("--languages", default=None,
+                   help="with --prune-vocab: languages to keep, e.g. de,fr,ja (English is kept for X-en pairs)")
+    p.add_argument("--corpus", type=Path, default=None,
+                   help="with --prune-vocab: sentences to keep the pieces of (any corpus format or plain text; "
+                        "default: the embedded corpus of --languages)")
+    p.add_argument("--pruned-student", type=Path, default=None,
+                   help="with --prune-vocab: folder of the pruned student (default: OUT-student beside the bundle)")
     p.add_argument("--out", type=Path, default=None, help="bundle folder (default: MODEL-FORMAT[-QUANTIZE] beside MODEL)")
     p.add_argument("--optimize", choices=["transformers", "ort", "none"], default="transformers",
-                   help="onnxruntime graph optimisation saved in the file")
-    p.add_argument("--threads", type=int, default=1, help="threads for torch and onnxruntime during the check")
+                   help="onnx: onnxruntime graph optimisation saved in the file")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for torch and the exported runtime (onnxruntime, LiteRT, TensorFlow) during the check")
     p.add_argument("--max-sentences", type=int, default=100,
                    help="test pairs per language for the parity check (two sentences each)")
     p.add_argument("--no-parity-gate", action="store_true",
@@ -81,8 +161,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "export", help="export a student or teacher to an ONNX bundle with a parity check",
+        "export", help="export a student or teacher to an ONNX, TFLite or SavedModel bundle with a parity check",
         description="Export a tinyglot student (or EMS teacher) with pooling and L2 normalisation inside "
-                    "the graph, optimise and optionally quantize it, and check parity against the source.",
+                    "the graph, optimise and optionally quantize it, and check parity against the source. "
+                    "--prune-vocab first cuts the vocabulary to the pieces some languages use.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_arguments(p)

@@ -346,7 +346,9 @@ def quantize_graph(src: str | Path, dst: str | Path, qcfg: QuantizationConfig, *
     import onnx
 
     qcfg.validate()
-    src, dst = Path(src), Path(dst)
+    # absolute paths: static calibration runs in a temporary working directory
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    workdir = Path(workdir).resolve() if workdir is not None else dst.parent
     # ORT-fused graphs carry contrib ops whose output types the quantizer cannot infer (TOOLCHAIN)
     extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
     ops = list(qcfg.operators) if qcfg.operators else None

@@ -192,7 +192,8 @@ def build_savedmodel(model_dir: str | Path, tokenizer_path: str | Path, out: str
                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                "OMP_NUM_THREADS": str(max(1, int(threads))), "TF_NUM_INTRAOP_THREADS": str(max(1, int(threads))),
                "TF_NUM_INTEROP_THREADS": "1"}
-        proc = subprocess.run([sys.executable, "-m", "tinyglot.export.savedmodel", "--spec", str(Path(tmp) / "spec.json")],
+        cmd = [sys.executable, "-m", "tinyglot.export.savedmodel", "--spec", str(Path(tmp) / "spec.json")]
+        proc = subprocess.run(cmd,
                               env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])

@@ -24,7 +24,8 @@ nothing; the quant recipes work).
 :class:`TFLiteEncoder` tokenises, truncates to the largest bucket (= the bundle's ``max_len``),
 picks the smallest sequence bucket that holds the longest sentence of each batch, pads, and runs
 the signature whose batch fits (a larger batch is cut into chunks, a smaller one padded with
-copies of its first row, which are dropped).
+copies of its first row, which are dropped, as long as at most half the rows are padding; else
+it runs in smaller signatures).
 """
 
 from __future__ import annotations
@@ -345,13 +346,15 @@ class TFLiteEncoder:
         return self.buckets[-1]
 
     def signature_for(self, rows: int, seq: int) -> _Signature:
-        """The signature run for ``rows`` rows at bucket ``seq``: the smallest batch that holds them,
-        else the largest (the rows are then run in chunks)."""
+        """The signature run next for ``rows`` rows at bucket ``seq``: the smallest batch that holds
+        them if that wastes at most half of it on padding rows, else the largest batch <= ``rows``
+        (the rest follows in further runs); more rows than any batch: the largest, in chunks."""
         sigs = self._by_seq[seq]
-        for s in sigs:
-            if s.batch >= rows:
-                return s
-        return sigs[-1]
+        fits = [s for s in sigs if s.batch >= rows]
+        if fits and fits[0].batch <= 2 * rows:
+            return fits[0]
+        below = [s for s in sigs if s.batch <= rows]
+        return below[-1] if below else fits[0]
 
     def run_batch(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Embeddings of already tokenised rows (any count, any width <= the largest bucket)."""
@@ -511,5 +514,6 @@ def export_tflite(
 
 __all__ = [
     "DEFAULT_BATCH_SIZES", "DEFAULT_BUCKETS", "TFLiteEncoder", "convert_module", "export_tflite",
-    "load_tflite_bundle", "parse_ints", "resolve_buckets", "shorten_tensor_names", "signature_name", "tflite_stats", "verify_quantized",
+    "load_tflite_bundle", "parse_ints", "resolve_buckets", "shorten_tensor_names", "signature_name", "tflite_stats",
+    "verify_quantized",
 ]

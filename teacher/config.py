@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tinyglot.config import replace
+from tinyglot.config import replace, validate_positive
 from tinyglot.errors import TinyglotError
 
 
@@ -28,6 +28,8 @@ class EMSModelConfig:
     lang_token: bool = True  # target-language embedding in the XTR head
 
     def validate(self) -> None:
+        validate_positive(self, ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_size", "max_len",
+                                 "d_la", "d_cntrs", "temperature"), "model")
         if not (self.xtr or self.contrastive):
             raise TinyglotError("both losses are switched off", "keep model.xtr or model.contrastive on")
         if self.hidden_size % self.num_heads:
@@ -64,6 +66,14 @@ class EMSTrainConfig:
     vocab_model_type: str = "unigram"
     lowercase: bool = True
     vocab_sentences: int = 200_000
+
+
+    def validate(self) -> None:
+        validate_positive(self, ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm", "lang_temperature",
+                                 "dev_pairs_per_lang", "log_every", "eval_every", "save_every",
+                                 "vocab_sentences"), "train")
+        if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
+            raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
 
 
 @dataclass
@@ -114,4 +124,5 @@ def get_preset(name: str, overrides: dict | None = None) -> EMSPreset:
     if overrides:
         preset = replace(preset, overrides)
     preset.model.validate()
+    preset.train.validate()
     return preset

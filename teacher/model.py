@@ -8,29 +8,12 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import BertConfig, BertModel
+from transformers import BertModel
 
-from tinyglot.models import mean_pool
+from tinyglot.models import bert_config, mean_pool
 
 from .config import EMSModelConfig
-from .losses import bag_of_tokens, info_nce, xtr_kl
-
-PAD_ID = 0
-
-
-def bert_config(cfg: EMSModelConfig) -> BertConfig:
-    return BertConfig(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        intermediate_size=cfg.ffn_size,
-        hidden_dropout_prob=cfg.dropout,
-        attention_probs_dropout_prob=cfg.dropout,
-        max_position_embeddings=cfg.max_len,
-        type_vocab_size=1,
-        pad_token_id=PAD_ID,
-    )
+from .losses import bag_of_tokens, bidirectional_info_nce, info_nce, xtr_kl
 
 
 class EMSModel(nn.Module):
@@ -44,7 +27,8 @@ class EMSModel(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.encoder = BertModel(bert_config(cfg), add_pooling_layer=False)
+        self.encoder = BertModel(bert_config(cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
+                                             cfg.ffn_size, cfg.max_len, cfg.dropout), add_pooling_layer=False)
         d = cfg.hidden_size
         if cfg.xtr:
             d_in = d + (cfg.d_la if cfg.lang_token else 0)
@@ -104,7 +88,7 @@ class EMSModel(nn.Module):
             hx, hy = self.cntrs_head(u), self.cntrs_head(v)
             t = self.cfg.temperature
             if gather is None:
-                cntrs = info_nce(hx, hy, t) + info_nce(hy, hx, t)
+                cntrs = bidirectional_info_nce(hx, hy, t)
             else:
                 all_hy, offset = gather(hy)
                 all_hx, _ = gather(hx)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -15,13 +15,12 @@ from tinyglot.config import to_dict
 from tinyglot.data import Pair
 from tinyglot.data.embedded import load_pairs
 from tinyglot.distributed import DistContext, init_distributed, shutdown_distributed
-from tinyglot.errors import TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
 from tinyglot.io import atomic_write_json
 from tinyglot.models import TorchEncoder
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
-from tinyglot.training import seed_everything, select_device
+from tinyglot.training import prepare_run_dir, run_tokenizer, seed_everything, select_device
 
 from .config import EMSPreset
 from .model import EMSModel
@@ -72,19 +71,18 @@ class TeacherTrainer:
         self.ctx: DistContext = init_distributed(self.device)
         if self.ctx.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", self.ctx.local_rank)
-        self._check_out_dir()
+        prepare_run_dir(self.out, resume, "teacher run", clean=self.ctx.is_main)
+        self.ctx.barrier()
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
-        tok_path = self.out / "tokenizer.model"
-        if tokenizer is None and resume and tok_path.exists():
-            tokenizer = Tokenizer.load(tok_path)
-        if tokenizer is None:
-            if self.ctx.is_main:
-                train_vocabulary(train_g, preset.model.vocab_size, tc.vocab_sentences, tc.vocab_model_type,
-                                 tc.lowercase, tc.seed).save(tok_path)
-            self.ctx.barrier()
-            tokenizer = Tokenizer.load(tok_path)
-        elif self.ctx.is_main:
-            tokenizer.save(tok_path)
+
+        def make() -> Tokenizer:
+            return train_vocabulary(train_g, preset.model.vocab_size, tc.vocab_sentences, tc.vocab_model_type,
+                                    tc.lowercase, tc.seed)
+
+        if self.ctx.is_main:
+            run_tokenizer(self.out, tokenizer, resume, make)
+        self.ctx.barrier()
+        tokenizer = Tokenizer.load(self.out / "tokenizer.model")
         check_tokenizer(tokenizer, [*train_g, PIVOT])
         self.tokenizer = tokenizer
         # the model's vocabulary is the tokenizer's (SentencePiece may give fewer pieces than asked)
@@ -98,16 +96,6 @@ class TeacherTrainer:
         self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed)
 
     # ---------------------------------------------------------------- helpers
-    def _check_out_dir(self) -> None:
-        if (self.out / "last.pt").exists() and not self.resume:
-            raise TinyglotError(
-                f"{self.out} already holds a training run (last.pt)",
-                "pass --resume to continue it, or choose another --out folder",
-            )
-        if self.resume and not (self.out / "last.pt").exists():
-            raise TinyglotError(f"--resume: no checkpoint in {self.out}", "train without --resume first")
-        self.out.mkdir(parents=True, exist_ok=True)
-
     def meta(self) -> dict:
         tc = self.preset.train
         return {

@@ -185,7 +185,9 @@ def test_sweep_measures_stores_and_rereads(swept, bundles):
     for r in run.rows:
         assert r["n_queries"] >= 20 and r["warmup_runs"] >= 2 and r["threads"] == 1
         assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"]
-        assert r["throughput_sps"] > 0 and r["load_ms"] > 0 and r["peak_mb"] > 10 and r["mem_delta_mb"] >= 0
+        assert r["throughput_sps"] > 0 and r["load_ms"] > 0 and r["mem_delta_mb"] >= 0
+        # the runner's own peak, not the (torch-laden) pytest parent's that ru_maxrss inherits
+        assert 10 < r["peak_mb"] < 250
         model = Path(r["bundle"]) / "model.onnx"
         assert r["bundle_hash"] == hashlib.sha256(model.read_bytes()).hexdigest()
         assert r["file_bytes"] == model.stat().st_size and r["format"] == "onnx" and r["device"] == "host"

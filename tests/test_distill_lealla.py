@@ -57,9 +57,15 @@ def test_tiny_distillation_learns_and_saves_a_loadable_student(small_pairs, tiny
 
 @pytest.mark.parametrize("switch", ["ams", "fd", "ld"])
 def test_each_loss_can_be_switched_off(small_pairs, tiny_teacher_dir, tmp_path, switch):
-    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "r", {"loss": {switch: False},
-                                                             "train": {"max_steps": 3}}).train()
-    assert all(r[switch] == 0.0 for r in _losses(tmp_path / "r"))
+    trainer = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "r", {"loss": {switch: False},
+                                                                       "train": {"max_steps": 3}})
+    trainer.train()
+    lc = trainer.preset.loss
+    for r in _losses(tmp_path / "r"):
+        assert r[switch] == 0.0
+        # the optimised loss is exactly the weighted sum of the parts that are on
+        assert r["loss"] == pytest.approx(lc.alpha * r["ams"] + lc.beta * r["fd"] + lc.gamma * r["ld"], rel=1e-5)
+        assert all(r[k] > 0 for k in ("ams", "fd", "ld") if k != switch)
 
 
 def test_resume_after_interrupt_matches(small_pairs, tiny_teacher_dir, tmp_path):

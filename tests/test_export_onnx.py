@@ -249,4 +249,4 @@ def test_cli_export_and_bad_inputs(student_dir, tmp_path, capsys, fp32_bundle):
     assert _cli(["export", "--model", str(tmp_path / "other"), "--out", str(tmp_path / "o3")]) == 2
     assert "not a model tinyglot can export" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        _cli(["export", "--model", str(student_dir), "--format", "tflite"])
+        _cli(["export", "--model", str(student_dir), "--format", "coreml"])

@@ -123,7 +123,13 @@ def test_data_parallel_two_processes_match_one_process(small_corpus, tokenizer, 
     single = [sys.executable, "-m", "tinyglot", *common, "--out", str(tmp_path / "one"),
               "--set", "train.batch_size=32"]
     subprocess.run(single, check=True, env=env, timeout=300)
-    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    import socket
+
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", port,
            "-m", "tinyglot", *common, "--out", str(tmp_path / "two"), "--set", "train.batch_size=16"]
     subprocess.run(ddp, check=True, env=env, timeout=300)
     # step 1 starts from the same seeded weights: the gradient (norm before clipping) must agree,

@@ -16,13 +16,14 @@ import numpy as np
 import logging
 
 from tinyglot.data import Pair
-from tinyglot.data.clean import group_by_lang, sampling_probs, train_dev_split
+from tinyglot.data.clean import english_key, group_by_lang, sampling_probs, train_dev_split
 from tinyglot.errors import TinyglotError
 from tinyglot.tokenizer import Tokenizer
 
 
 log = logging.getLogger("tinyglot.data")
 PIVOT = "en"
+TRAINER_SPLIT_SALT = 1_000_003
 
 
 def split_train_dev(
@@ -38,7 +39,8 @@ def split_train_dev(
             "give a corpus of translation pairs (x in some language, en its English translation)",
         )
     pairs = [p for p in pairs if p.lang != PIVOT]
-    train, dev = train_dev_split(pairs, dev_fraction=dev_fraction, seed=seed)
+    # Salted: a corpus already split by `tinyglot data prepare` (same seed) still yields a dev set.
+    train, dev = train_dev_split(pairs, dev_fraction=dev_fraction, seed=seed + TRAINER_SPLIT_SALT)
     train_g = group_by_lang(train)
     if not train_g:
         raise TinyglotError("no training pairs left after the train/dev split", "give a larger corpus")
@@ -46,6 +48,9 @@ def split_train_dev(
         log.warning("the corpus has one language besides English (%s): training a bilingual encoder",
                     next(iter(train_g)))
     dev_g = {lang: ps[:dev_pairs_per_lang] for lang, ps in group_by_lang(dev).items() if len(ps) >= 10}
+    if not dev_g and dev_fraction > 0:
+        log.warning("no language has 10+ dev pairs: no dev evaluation and no best checkpoint "
+                    "(raise train.dev_fraction or give a larger corpus)")
     return train_g, dev_g
 
 
@@ -107,7 +112,7 @@ def tokenize_pairs(
             out.truncated += int(len(xi) > max_len) + int(len(ei) > max_len)
             xs.append(np.asarray(xi[:max_len], dtype=np.int32))
             ens.append(np.asarray(ei[:max_len], dtype=np.int32))
-            digest = hashlib.blake2b(pair.en.casefold().encode("utf-8"), digest_size=8).digest()
+            digest = hashlib.blake2b(english_key(pair.en).encode("utf-8"), digest_size=8).digest()
             keys.append(int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF)
             h.update(f"{lang}\t{pair.x}\t{pair.en}\n".encode("utf-8"))
             kept.append(pair)
@@ -182,7 +187,7 @@ class BatchPlan:
         return rows[: len(rows) - len(rows) % world]
 
     def tensors(self, rows: np.ndarray, tokenizer: Tokenizer, lang_ids: Sequence[int], max_len: int):
-        """Padded (x_ids, x_mask, en_ids, en_mask, x_lang, en_lang) numpy arrays for ``rows``."""
+        """(x Batch, en Batch, x language-token ids) for ``rows``."""
         xb = tokenizer.pad([self.data.x[li][pi] for li, pi in rows], max_len)
         eb = tokenizer.pad([self.data.en[li][pi] for li, pi in rows], max_len)
         x_lang = np.array([lang_ids[li] for li, _ in rows], dtype=np.int64)

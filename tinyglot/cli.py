@@ -138,7 +138,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.data is None:
             raise TinyglotError("--task sts needs --data FILE", "pass a sentence1<TAB>sentence2<TAB>score file")
         result = evaluate_sts(encoder, args.data, batch_size=args.batch_size)
-        _console().print(f"STS Spearman rho on {args.data} ({result['pairs']} pairs): {100 * result['spearman']:.1f}")
+        rho = "undefined (constant scores)" if result["spearman"] is None else f"{100 * result['spearman']:.1f}"
+        _console().print(f"STS Spearman rho on {args.data} ({result['pairs']} pairs): {rho}")
         if args.json:
             atomic_write_json(args.json, result)
         return 0
@@ -219,9 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     from tinyglot.export.cli import register as register_export
     from tinyglot.teacher.cli import register as register_teacher
 
+    from tinyglot.devices.cli import register as register_bench
+
     register_teacher(sub)
     register_distill(sub)
     register_export(sub)
+    register_bench(sub)
     return parser
 
 

@@ -72,6 +72,17 @@ def replace(cfg: T, overrides: Mapping[str, Any], prefix: str = "") -> T:
     return dataclasses.replace(cfg, **changes)
 
 
+def validate_positive(cfg: Any, names: tuple[str, ...], section: str) -> None:
+    """Settings that must be >= 1 (step counts, sizes) or > 0 (rates): one clear error each."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        if (isinstance(value, int) and value < 1) or (isinstance(value, float) and not value > 0):
+            raise TinyglotError(f"{section}.{name} must be positive, got {value!r}",
+                                f"set {section}.{name} to a positive value")
+
+
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """Turn ``["model.hidden_size=128", "train.lr=1e-3"]`` into a nested dict."""
     out: dict[str, Any] = {}

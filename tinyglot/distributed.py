@@ -60,11 +60,12 @@ def init_distributed(device: torch.device) -> DistContext:
         return DistContext()
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend)
     if device.type == "cuda":
         torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        # gloo serves the small CPU reductions (logged loss parts) next to NCCL on GPUs
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend)
     return DistContext(rank=rank, world=world, local_rank=local_rank)
 
 

@@ -18,6 +18,17 @@ from tinyglot.encoder import Encoder
 from tinyglot.errors import TinyglotError
 
 
+def bert_config(vocab_size: int, hidden: int, layers: int, heads: int, ffn: int, max_len: int,
+                dropout: float):
+    """A ``transformers`` BertConfig for tinyglot's encoders (no token types, pad id 0)."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                      num_attention_heads=heads, intermediate_size=ffn, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout, max_position_embeddings=max_len,
+                      type_vocab_size=1, pad_token_id=0)
+
+
 def mean_pool(hidden, mask):
     """Mean of ``hidden`` (B, L, D) over positions where ``mask`` (B, L) is 1."""
     m = mask.unsqueeze(-1).to(hidden.dtype)

@@ -37,10 +37,6 @@ class Batch:
     ids: np.ndarray
     mask: np.ndarray
 
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.mask.sum(axis=1)
-
 
 class Tokenizer:
     """A SentencePiece model with language tokens, padding and truncation."""
@@ -186,7 +182,7 @@ class Tokenizer:
         if code not in self.languages:
             raise TinyglotError(
                 f"the vocabulary has no language token for {code!r} (it has: {', '.join(self.languages)})",
-                "train a vocabulary that includes this language (tinyglot data vocab --languages ...)",
+                "train a vocabulary on a corpus that includes this language (tinyglot data vocab CORPUS)",
             )
         return int(self._sp.PieceToId(f"<2{code}>"))
 

@@ -143,14 +143,49 @@ def load_checkpoint(path: str | Path, expect: dict[str, Any] | None = None) -> d
     return payload
 
 
-def config_diff(a: dict, b: dict) -> list[str]:
-    keys = sorted(set(a) | set(b))
-    return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
-
-
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str) if isinstance(value, dict) else repr(value)
     return text if len(text) < 300 else text[:300] + "..."
+
+
+# ------------------------------------------------------------------ run folders
+RUN_FILES = ("best.pt", "metrics.jsonl", "tokenizer.model")
+
+
+def prepare_run_dir(out: Path, resume: bool, what: str = "training run", clean: bool = True) -> None:
+    """Check ``out`` for a new run or a resume; a new run starts from an empty slate.
+
+    A folder with ``last.pt`` is never overwritten without ``--resume``; leftovers of a run that
+    died before its first checkpoint (best.pt, metrics.jsonl, tokenizer.model) are removed so they
+    cannot be mistaken for this run's.
+    """
+    out = Path(out)
+    if (out / "last.pt").exists() and not resume:
+        raise TinyglotError(f"{out} already holds a {what} (last.pt)",
+                            "pass --resume to continue it, or choose another --out folder")
+    if resume and not (out / "last.pt").exists():
+        raise TinyglotError(f"--resume: no checkpoint in {out}", "run without --resume first")
+    out.mkdir(parents=True, exist_ok=True)
+    if clean and not resume:  # (only the writing process of a data-parallel run cleans)
+        for name in RUN_FILES:
+            (out / name).unlink(missing_ok=True)
+
+
+def run_tokenizer(out: Path, given, resume: bool, make):
+    """The run's tokenizer: on resume the run's own (a different ``given`` one is refused before
+    anything is written); otherwise ``given`` or ``make()``; saved as ``out/tokenizer.model``."""
+    from tinyglot.tokenizer import Tokenizer
+
+    path = Path(out) / "tokenizer.model"
+    if resume and path.exists():
+        own = Tokenizer.load(path)
+        if given is not None and given.sha256 != own.sha256:
+            raise CheckpointError(f"the tokenizer given does not match the one of the run in {out}",
+                                  "resume without --tokenizer (the run keeps its own)")
+        return own
+    tokenizer = given if given is not None else make()
+    tokenizer.save(path)
+    return tokenizer
 
 
 # ------------------------------------------------------------------ logs and progress
@@ -164,20 +199,25 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
+            fh.flush()
 
     def truncate_after(self, step: int) -> None:
-        """Drop records past ``step`` (after a resume from an earlier checkpoint)."""
-        if not self.path.exists():
-            return
-        keep = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()
-                and json.loads(line).get("step", 0) <= step]
+        """Drop records past ``step`` (after a resume from an earlier checkpoint) and torn lines."""
+        keep = [r for r in self.read() if r.get("step", 0) <= step]
         with atomic_path(self.path) as tmp:
-            tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
 
     def read(self) -> list[dict[str, Any]]:
+        """All complete records; a line torn by a kill is skipped."""
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        out = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
 
 
 @dataclass

@@ -90,7 +90,8 @@ class TrainLoop:
         self.model.load_state_dict(ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
-        self.scaler.load_state_dict(ck["scaler"])
+        if ck["scaler"] and self.scaler.is_enabled():  # a CPU run saved an empty (disabled) scaler
+            self.scaler.load_state_dict(ck["scaler"])
         set_rng_state(ck["rng"])
         self.step, self.best = ck["step"], ck["best"]
         if self.ctx.is_main:

@@ -272,7 +272,7 @@ class LanguageSampler:
 _NON_WORD = re.compile(r"[\W_]+")
 
 
-def _english_key(en: str) -> str:
+def english_key(en: str) -> str:
     """The English side as the split sees it: case-folded, punctuation and spaces dropped."""
     folded = en.casefold().strip()
     return _NON_WORD.sub("", folded) or folded
@@ -280,7 +280,7 @@ def _english_key(en: str) -> str:
 
 def _in_dev(en: str, dev_fraction: float, seed: int) -> bool:
     """Whether the English sentence ``en`` belongs to the dev side."""
-    digest = hashlib.blake2b(f"{seed}\0{_english_key(en)}".encode("utf-8"), digest_size=8)
+    digest = hashlib.blake2b(f"{seed}\0{english_key(en)}".encode("utf-8"), digest_size=8)
     return int.from_bytes(digest.digest(), "big") / 2.0**64 < dev_fraction
 
 
@@ -303,6 +303,6 @@ def train_dev_split(pairs: Iterable[Pair], dev_fraction: float = 0.05,
 
 
 __all__ = [
-    "CleanConfig", "CleanStats", "clean_pairs", "group_by_lang", "require_languages",
+    "CleanConfig", "CleanStats", "clean_pairs", "english_key", "group_by_lang", "require_languages",
     "sampling_probs", "LanguageSampler", "train_dev_split",
 ]

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 
@@ -55,16 +55,24 @@ def load_pairs(path: str | Path | None = None, lang: str | None = None) -> list[
 
 def read_testset_tsv(path: str | Path) -> dict[str, list[Pair]]:
     """Read a ``lang<TAB>english<TAB>translation`` file (the embedded test set format)."""
+    from tinyglot.data.readers import MAX_LINE_CHARS, iter_lines
+
     path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "file not found", "check the path given to --data")
     out: dict[str, list[Pair]] = defaultdict(list)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            cols = line.rstrip("\n").split("\t")
-            if len(cols) != 3:
-                raise DataError(path, f"expected 3 tab-separated columns, found {len(cols)}",
-                                "write lines as lang<TAB>english<TAB>translation", line=n)
-            out[normalize_lang(cols[0])].append(Pair(normalize_lang(cols[0]), cols[2], cols[1]))
+    for n, line in iter_lines(path, MAX_LINE_CHARS):
+        if line is None or not line.strip():
+            continue
+        cols = [c.strip() for c in line.split("\t")]
+        if len(cols) != 3:
+            raise DataError(path, f"expected 3 tab-separated columns, found {len(cols)}",
+                            "write lines as lang<TAB>english<TAB>translation", line=n)
+        if cols[1] and cols[2]:
+            lang = normalize_lang(cols[0])
+            out[lang].append(Pair(lang, cols[2], cols[1]))
+    if not out:
+        raise DataError(path, "no test pairs", "write lines as lang<TAB>english<TAB>translation")
     return dict(out)
 
 
@@ -77,7 +85,7 @@ def load_testset(path: str | Path | None = None, lang: str | None = None) -> dic
     if path is None:
         return read_testset_tsv(default_testset_path())
     path = Path(path)
-    if path.is_file() and path.name.startswith("test") and _is_three_column(path):
+    if path.is_file() and ".tsv" in path.suffixes and _is_three_column(path):
         return read_testset_tsv(path)
     grouped: dict[str, list[Pair]] = defaultdict(list)
     for pair in load_pairs(path, lang=lang):
@@ -86,10 +94,14 @@ def load_testset(path: str | Path | None = None, lang: str | None = None) -> dic
 
 
 def _is_three_column(path: Path) -> bool:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-        first = fh.readline()
-    return first.count("\t") == 2
+    """A ``lang<TAB>english<TAB>translation`` file: 3 columns and a language code first."""
+    from tinyglot.data.readers import MAX_LINE_CHARS, iter_lines
+
+    for _, line in iter_lines(path, MAX_LINE_CHARS):
+        if line and line.strip():
+            cols = line.split("\t")
+            return len(cols) == 3 and len(cols[0].strip()) <= 12 and " " not in cols[0].strip()
+    return False
 
 
 # ------------------------------------------------------------------ building the embedded files

@@ -132,7 +132,7 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
     return text.rstrip("\r\n")
 
 
-def _iter_lines(path: Path, max_line_chars: int) -> Iterator[tuple[int, str | None]]:
+def iter_lines(path: Path, max_line_chars: int) -> Iterator[tuple[int, str | None]]:
     """Yield ``(line_number, text)`` for each line, without the line break.
 
     ``text`` is None for a line longer than ``max_line_chars``: such a line is read in bounded
@@ -216,7 +216,7 @@ def _logged(pairs: Iterable[Pair], stats: ReadStats, source: Path) -> Iterator[P
 def _tsv(path: Path, lang: str, english_first: bool, max_line_chars: int,
          stats: ReadStats) -> Iterator[Pair]:
     """Pairs from a two-column TSV file (internal: no count check, no logging)."""
-    for lineno, line in _iter_lines(path, max_line_chars):
+    for lineno, line in iter_lines(path, max_line_chars):
         if line is None:
             stats.skipped_too_long += 1
             continue
@@ -258,8 +258,8 @@ def read_tsv(path: str | Path, lang: str | None = None, english_first: bool = Tr
 def _aligned(x_path: Path, en_path: Path, lang: str, src: str, max_line_chars: int,
              stats: ReadStats) -> Iterator[Pair]:
     """Pairs from two line-aligned files; DataError when one ends before the other."""
-    x_lines = _iter_lines(x_path, max_line_chars)
-    en_lines = _iter_lines(en_path, max_line_chars)
+    x_lines = iter_lines(x_path, max_line_chars)
+    en_lines = iter_lines(en_path, max_line_chars)
     lineno = 0
     for lineno, x in x_lines:
         en_item = next(en_lines, None)
@@ -364,7 +364,7 @@ def _json_pair(line: str, path: Path, lineno: int) -> tuple[str, str, str, str, 
 def _jsonl(path: Path, only_lang: str | None, max_line_chars: int,
            stats: ReadStats) -> Iterator[Pair]:
     """Pairs from a JSONL file (internal)."""
-    for lineno, line in _iter_lines(path, max_line_chars):
+    for lineno, line in iter_lines(path, max_line_chars):
         if line is None:
             stats.skipped_too_long += 1
             continue
@@ -453,7 +453,7 @@ def _po_header_lang(header: str) -> str | None:
 def _po_entries(path: Path, max_line_chars: int, stats: ReadStats) -> Iterator[_PoEntry]:
     """Parse a PO file into finished entries (obsolete ``#~`` lines are ignored)."""
     entry = _PoEntry()
-    for lineno, line in _iter_lines(path, max_line_chars):
+    for lineno, line in iter_lines(path, max_line_chars):
         if line is None:
             entry.too_long = True
             continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -69,32 +68,36 @@ def read_sts(path: str | Path) -> tuple[list[str], list[str], np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found", "pass an STS file: sentence1<TAB>sentence2<TAB>score")
+    from tinyglot.data.readers import MAX_LINE_CHARS, iter_lines
+
     a, b, gold = [], [], []
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            cols = line.rstrip("\n").split("\t")
-            if len(cols) != 3:
-                raise DataError(path, f"expected 3 tab-separated columns, found {len(cols)}",
-                                "write lines as sentence1<TAB>sentence2<TAB>score", line=n)
-            try:
-                gold.append(float(cols[2]))
-            except ValueError:
-                raise DataError(path, f"score {cols[2]!r} is not a number", line=n) from None
-            a.append(cols[0])
-            b.append(cols[1])
+    for n, line in iter_lines(path, MAX_LINE_CHARS):
+        if line is None or not line.strip():
+            continue
+        cols = [c.strip() for c in line.split("\t")]
+        if len(cols) != 3:
+            raise DataError(path, f"expected 3 tab-separated columns, found {len(cols)}",
+                            "write lines as sentence1<TAB>sentence2<TAB>score", line=n)
+        try:
+            gold.append(float(cols[2]))
+        except ValueError:
+            raise DataError(path, f"score {cols[2]!r} is not a number", line=n) from None
+        if not cols[0] or not cols[1]:
+            raise DataError(path, "an empty sentence", "remove the line or fill both sentences", line=n)
+        a.append(cols[0])
+        b.append(cols[1])
     if len(gold) < 2:
         raise DataError(path, "an STS file needs at least 2 scored pairs")
     return a, b, np.asarray(gold)
 
 
 def evaluate_sts(encoder: Encoder, path: str | Path, *, batch_size: int = 64) -> dict[str, Any]:
-    """Spearman rho (x100) between cosine similarities and gold scores."""
+    """Spearman rho between cosine similarities and gold scores (None if undefined)."""
     a, b, gold = read_sts(path)
     name = getattr(encoder, "name", type(encoder).__name__)
     ea = encode_checked(encoder, a, batch_size, name)
     eb = encode_checked(encoder, b, batch_size, name, ea.shape[1])
     cos = (ea * eb).sum(axis=1)
-    return {"model": name, "file": str(path), "pairs": len(gold), "spearman": spearman(cos, gold)}
+    rho = spearman(cos, gold)
+    return {"model": name, "file": str(path), "pairs": len(gold),
+            "spearman": None if np.isnan(rho) else rho}  # NaN (constant scores) is not valid JSON
