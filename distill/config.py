@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tinyglot.config import replace, validate_positive
+from tinyglot.trainloop import TrainSettings
 from tinyglot.errors import TinyglotError
 
 
@@ -43,33 +44,12 @@ class LossConfig:
 
 
 @dataclass
-class DistillTrainConfig:
-    batch_size: int = 64
-    grad_accum: int = 1
-    lr: float = 5e-4  # lealla.md App. B: 5e-4 for hidden sizes <= 256
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    max_steps: int = 1000
-    clip_norm: float = 1.0
-    lang_temperature: float = 2.0
-    dev_fraction: float = 0.02
-    dev_pairs_per_lang: int = 200
-    log_every: int = 10
-    eval_every: int = 250
-    save_every: int = 250
-    seed: int = 0
-    device: str = "auto"
-    amp: bool = True
-    threads: int = 0
+class DistillTrainConfig(TrainSettings):
+    """LEALLA settings; lr 5e-4 is lealla.md App. B's for hidden sizes <= 256."""
+
     teacher_batch_size: int = 64
 
-
-    def validate(self) -> None:
-        validate_positive(self, ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm", "lang_temperature",
-                                 "dev_pairs_per_lang", "log_every", "eval_every", "save_every",
-                                 "teacher_batch_size"), "train")
-        if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
-            raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
+    POSITIVE = (*TrainSettings.POSITIVE, "teacher_batch_size")
 
 
 @dataclass

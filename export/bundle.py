@@ -139,6 +139,20 @@ def write_bundle_config(out: str | Path, cfg: dict) -> Path:
     return path
 
 
+def parity_summary(report, gated: bool) -> dict:
+    """The parity figures a bundle's config.json carries."""
+    return {"passed": report.passed, "mean_cosine": report.mean_cosine, "p1_drop": report.p1_drop, "gated": gated}
+
+
+def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool) -> None:
+    """Write config.json (which makes the bundle loadable) only if parity passed or is not gated."""
+    out = Path(out)
+    if parity_gate and not report.passed:
+        report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
+                               "Pass --no-parity-gate to keep it anyway")
+    write_bundle_config(out, cfg)
+
+
 def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
     """A bundle's config, checked: kind ``bundle``, the expected format, model files present."""
     path = Path(path)

@@ -43,10 +43,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tinyglot.encoder import encode_by_length
 from tinyglot.errors import TinyglotError
 
 from .bundle import PARITY, STUDENT_KIND, TOKENIZER, bundle_config, load_source, read_bundle, source_size, \
-    write_bundle_config
+    finalize_bundle, parity_summary
 from .parity import Gates, check_parity
 
 LOADER = "tinyglot.export.savedmodel:load_savedmodel_bundle"
@@ -249,16 +250,8 @@ class SavedModelEncoder:
             if not s.strip():
                 raise TinyglotError(f"sentence #{i} is empty (or only whitespace): {s!r}",
                                     "drop empty strings before encoding")
-        order = np.argsort([len(s) for s in sentences], kind="stable")
-        out: np.ndarray | None = None
-        step = max(1, int(batch_size))
-        for start in range(0, len(order), step):
-            rows = order[start:start + step]
-            emb = self.embed_strings([sentences[i] for i in rows])
-            if out is None:
-                out = np.zeros((len(sentences), emb.shape[1]), dtype=np.float32)
-            out[rows] = emb
-        return out
+        return encode_by_length([len(s) for s in sentences], batch_size,
+                                lambda rows: self.embed_strings([sentences[i] for i in rows]))
 
 
 def load_savedmodel_bundle(path: str | Path, threads: int = 1, **_: Any) -> SavedModelEncoder:
@@ -376,14 +369,10 @@ def export_savedmodel(
                    "load": "tensorflow_hub.KerasLayer(bundle) after `import tensorflow_text`",
                    "tokenization_checked": len(check), "tf_version": report_build["tf_version"],
                    "build_seconds": round(build_s, 1)},
-               "parity": {"passed": report.passed, "mean_cosine": report.mean_cosine,
-                          "p1_drop": report.p1_drop, "gated": parity_gate},
+               "parity": parity_summary(report, parity_gate),
                **(extra_config or {})},
     )
-    if parity_gate and not report.passed:
-        report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
-                               "Pass --no-parity-gate to keep it anyway")
-    write_bundle_config(out, cfg)
+    finalize_bundle(out, cfg, report, parity_gate)
     stats = {"files": sm_files, "bytes": sum(_tree_sizes(out)[f] for f in sm_files)}
     return ExportResult(out, cfg, report, _tree_sizes(out), source_size(model_path, scfg), stats)
 

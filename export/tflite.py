@@ -40,10 +40,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tinyglot.encoder import encode_by_length
 from tinyglot.errors import TinyglotError
 
 from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
-    write_bundle_config
+    finalize_bundle, parity_summary
 from .parity import Gates, check_parity
 
 LOADER = "tinyglot.export.tflite:load_tflite_bundle"
@@ -392,17 +393,11 @@ class TFLiteEncoder:
         ids = self.tokenizer.encode_ids(list(sentences), self.max_len)
         if not ids:
             raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-        order = np.argsort([len(x) for x in ids], kind="stable")
-        out: np.ndarray | None = None
-        step = max(1, int(batch_size))
-        for start in range(0, len(order), step):
-            rows = order[start:start + step]
+        def run(rows: np.ndarray) -> np.ndarray:
             batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
-            emb = self.run_batch(batch.ids, batch.mask)
-            if out is None:
-                out = np.zeros((len(ids), emb.shape[1]), dtype=np.float32)
-            out[rows] = emb
-        return out
+            return self.run_batch(batch.ids, batch.mask)
+
+        return encode_by_length([len(x) for x in ids], batch_size, run)
 
 
 def load_tflite_bundle(path: str | Path, threads: int = 1, **_: Any) -> TFLiteEncoder:
@@ -501,14 +496,10 @@ def export_tflite(
                           "inputs": list(INPUT_NAMES), "input_dtype": "int32",
                           "weights": stats["weights"], "weight_bytes": stats["weight_bytes"],
                           "bytes_before_renaming": renamed["bytes_before"]},
-               "parity": {"passed": report.passed, "mean_cosine": report.mean_cosine,
-                          "p1_drop": report.p1_drop, "gated": parity_gate},
+               "parity": parity_summary(report, parity_gate),
                **(extra_config or {})},
     )
-    if parity_gate and not report.passed:
-        report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
-                               "Pass --no-parity-gate to keep it anyway")
-    write_bundle_config(out, cfg)
+    finalize_bundle(out, cfg, report, parity_gate)
     return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
 
 

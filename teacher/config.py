@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tinyglot.config import replace, validate_positive
+from tinyglot.trainloop import TrainSettings
 from tinyglot.errors import TinyglotError
 
 
@@ -42,38 +43,19 @@ class EMSModelConfig:
 
 
 @dataclass
-class EMSTrainConfig:
-    """Optimisation, data and logging settings of a teacher run."""
+class EMSTrainConfig(TrainSettings):
+    """Optimisation, data and logging settings of a teacher run (EMS defaults)."""
 
-    batch_size: int = 128  # pairs per optimizer step and process (before grad_accum)
-    grad_accum: int = 1
-    lr: float = 5e-4
-    weight_decay: float = 1e-5
+    batch_size: int = 128
+    weight_decay: float = 1e-5  # ems.md
     warmup_steps: int = 200
     max_steps: int = 3000
-    clip_norm: float = 1.0
-    lang_temperature: float = 2.0  # language sampling p ~ (n_l/N)^(1/T)
-    dev_fraction: float = 0.02
-    dev_pairs_per_lang: int = 200
-    log_every: int = 10
-    eval_every: int = 250
-    save_every: int = 250
-    seed: int = 0
-    device: str = "auto"
-    amp: bool = True  # autocast on CUDA (bf16 where supported); no effect on CPU
-    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     # vocabulary (used when no tokenizer is given)
     vocab_model_type: str = "unigram"
     lowercase: bool = True
     vocab_sentences: int = 200_000
 
-
-    def validate(self) -> None:
-        validate_positive(self, ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm", "lang_temperature",
-                                 "dev_pairs_per_lang", "log_every", "eval_every", "save_every",
-                                 "vocab_sentences"), "train")
-        if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
-            raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
+    POSITIVE = (*TrainSettings.POSITIVE, "vocab_sentences")
 
 
 @dataclass

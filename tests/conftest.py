@@ -63,3 +63,17 @@ def tiny_teacher_dir(small_pairs, tokenizer, tmp_path_factory) -> Path:
                                                "batch_size": 16, "dev_fraction": 0.1}})
     TeacherTrainer(preset, out, small_pairs, tokenizer, "ems-tiny", progress=False).train()
     return out
+
+
+@pytest.fixture(scope="session")
+def student_dir(tokenizer, tmp_path_factory) -> Path:
+    """A lealla-tiny-shaped student with random weights (export parity does not need training)."""
+    import torch
+
+    from tinyglot.distill.config import StudentConfig
+    from tinyglot.distill.student import Student, save_student
+
+    torch.manual_seed(0)
+    cfg = StudentConfig(hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_len=48, dropout=0.0,
+                        vocab_size=tokenizer.vocab_size)
+    return save_student(Student(cfg), tokenizer, tmp_path_factory.mktemp("student") / "student")

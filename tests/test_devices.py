@@ -22,7 +22,6 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-import torch  # noqa: E402
 
 from tinyglot.devices import bench, profiles, report, runner  # noqa: E402
 from tinyglot.devices.bench import parse_benchmark_model, read_measurements, run_bench  # noqa: E402
@@ -33,18 +32,6 @@ FEW = dict(min_queries=20, min_seconds=0, warmup=2, warmup_seconds=0, progress=F
 
 
 # ====================================================================== fixtures
-@pytest.fixture(scope="module")
-def student_dir(tokenizer, tmp_path_factory):
-    """A lealla-tiny-shaped student with random weights."""
-    from tinyglot.distill.config import StudentConfig
-    from tinyglot.distill.student import Student, save_student
-
-    torch.manual_seed(0)
-    cfg = StudentConfig(hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_len=48, dropout=0.0,
-                        vocab_size=tokenizer.vocab_size)
-    return save_student(Student(cfg), tokenizer, tmp_path_factory.mktemp("student") / "student")
-
-
 @pytest.fixture(scope="module")
 def bundles(student_dir, tmp_path_factory):
     from tinyglot.export.onnx import export_onnx

@@ -32,18 +32,6 @@ N = 25  # test pairs per language for the parity checks (4 languages -> 200 sent
 
 
 @pytest.fixture(scope="module")
-def student_dir(tokenizer, tmp_path_factory):
-    """A lealla-tiny-shaped student with random weights (parity does not need training)."""
-    from tinyglot.distill.config import StudentConfig
-    from tinyglot.distill.student import Student, save_student
-
-    torch.manual_seed(0)
-    cfg = StudentConfig(hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_len=48, dropout=0.0,
-                        vocab_size=tokenizer.vocab_size)
-    return save_student(Student(cfg), tokenizer, tmp_path_factory.mktemp("student") / "student")
-
-
-@pytest.fixture(scope="module")
 def fp32_bundle(student_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bundles") / "fp32"
     return export_onnx(student_dir, out, "none", max_sentences=N)

@@ -19,18 +19,6 @@ N = 20
 
 
 @pytest.fixture(scope="module")
-def student_dir(tokenizer, tmp_path_factory):
-    """A lealla-tiny-shaped student with random weights (as in test_export_onnx)."""
-    from tinyglot.distill.config import StudentConfig
-    from tinyglot.distill.student import Student, save_student
-
-    torch.manual_seed(0)
-    cfg = StudentConfig(hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_len=48, dropout=0.0,
-                        vocab_size=tokenizer.vocab_size)
-    return save_student(Student(cfg), tokenizer, tmp_path_factory.mktemp("student") / "student")
-
-
-@pytest.fixture(scope="module")
 def pruned(student_dir, tmp_path_factory):
     return prune_student(student_dir, tmp_path_factory.mktemp("pruned") / "de-fr", ["de", "fr"])
 

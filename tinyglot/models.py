@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tinyglot.encoder import Encoder
+from tinyglot.encoder import Encoder, encode_by_length
 from tinyglot.errors import TinyglotError
 
 
@@ -57,22 +57,14 @@ class TorchEncoder:
         if isinstance(sentences, str):
             raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
         ids = self.tokenizer.encode_ids(list(sentences), self.max_len)
-        order = np.argsort([len(x) for x in ids], kind="stable")
-        out: np.ndarray | None = None
+
+        def run(rows: np.ndarray) -> np.ndarray:
+            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
+            emb = self._embed(torch.from_numpy(batch.ids).to(self.device), torch.from_numpy(batch.mask).to(self.device))
+            return torch.nn.functional.normalize(emb.float(), dim=-1).cpu().numpy()
+
         with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
-                batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
-                emb = self._embed(
-                    torch.from_numpy(batch.ids).to(self.device), torch.from_numpy(batch.mask).to(self.device)
-                )
-                emb = torch.nn.functional.normalize(emb.float(), dim=-1).cpu().numpy()
-                if out is None:
-                    out = np.zeros((len(ids), emb.shape[1]), dtype=np.float32)
-                out[rows] = emb
-        if out is None:
-            raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-        return out
+            return encode_by_length([len(x) for x in ids], batch_size, run)
 
 
 def read_model_config(path: str | Path) -> dict:

@@ -14,10 +14,11 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import torch
 
+from tinyglot.config import validate_positive
 from tinyglot.distributed import DistContext
 from tinyglot.errors import TinyglotError
 from tinyglot.training import (MetricsLog, Progress, amp_dtype, autocast, limit_allocator_growth,
@@ -28,19 +29,35 @@ log = logging.getLogger("tinyglot.train")
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
 
 
-class LoopConfig(Protocol):
-    """The fields of a recipe's train config that the loop reads."""
+@dataclass
+class TrainSettings:
+    """Optimisation, data and logging settings every recipe shares (recipes subclass it)."""
 
-    lr: float
-    weight_decay: float
-    warmup_steps: int
-    max_steps: int
-    grad_accum: int
-    clip_norm: float
-    log_every: int
-    eval_every: int
-    save_every: int
-    amp: bool
+    batch_size: int = 64  # pairs per optimizer step and process (before grad_accum)
+    grad_accum: int = 1
+    lr: float = 5e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    max_steps: int = 1000
+    clip_norm: float = 1.0
+    lang_temperature: float = 2.0  # language sampling p ~ (n_l/N)^(1/T)
+    dev_fraction: float = 0.02
+    dev_pairs_per_lang: int = 200
+    log_every: int = 10
+    eval_every: int = 250
+    save_every: int = 250
+    seed: int = 0
+    device: str = "auto"
+    amp: bool = True  # autocast on CUDA (bf16 where supported); no effect on CPU
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+
+    POSITIVE = ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm", "lang_temperature",
+                "dev_pairs_per_lang", "log_every", "eval_every", "save_every")
+
+    def validate(self) -> None:
+        validate_positive(self, self.POSITIVE, "train")
+        if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
+            raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
 
 
 @dataclass
@@ -63,7 +80,7 @@ class TrainLoop:
     averaging yields the gradient of the global loss.
     """
 
-    def __init__(self, out: Path, model: torch.nn.Module, cfg: LoopConfig, device: torch.device,
+    def __init__(self, out: Path, model: torch.nn.Module, cfg: TrainSettings, device: torch.device,
                  meta: dict[str, Any], title: str, ctx: DistContext | None = None,
                  progress: bool = True, global_loss: bool = False) -> None:
         self.out, self.model, self.cfg, self.device = Path(out), model, cfg, device
