@@ -17,8 +17,11 @@ Pooling and normalisation live inside the model file: the runtime only tokenises
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from tinyglot.errors import TinyglotError
 from tinyglot.io import atomic_write_json
@@ -137,6 +140,38 @@ def write_bundle_config(out: str | Path, cfg: dict) -> Path:
     path = Path(out) / CONFIG
     atomic_write_json(path, cfg)
     return path
+
+
+def encode_token_batches(encoder, sentences: Sequence[str], batch_size: int) -> np.ndarray:
+    """``Encoder.encode`` for runtimes fed token ids: ``encoder`` has ``tokenizer``, ``max_len``
+    and ``run_batch(ids, mask)``; batches are length-sorted, rows come back in input order."""
+    from tinyglot.encoder import encode_by_length
+
+    if isinstance(sentences, str):
+        raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
+    ids = encoder.tokenizer.encode_ids(list(sentences), encoder.max_len)
+    if not ids:
+        raise TinyglotError("encode() got no sentences", "pass at least one sentence")
+
+    def run(rows: np.ndarray) -> np.ndarray:
+        batch = encoder.tokenizer.pad([ids[i] for i in rows], encoder.max_len)
+        return encoder.run_batch(batch.ids, batch.mask)
+
+    return encode_by_length([len(x) for x in ids], batch_size, run)
+
+
+def check_bundle_out(model_path: Path, out: Path) -> None:
+    """The bundle folder must differ from the source and must not hold another tinyglot model."""
+    if out.resolve() == model_path.resolve():
+        raise TinyglotError("the bundle folder is the source folder", "pass another --out")
+    cfg_path = out / "config.json"
+    if cfg_path.exists():
+        try:
+            kind = json.loads(cfg_path.read_text(encoding="utf-8")).get("kind")
+        except (json.JSONDecodeError, AttributeError):
+            kind = None
+        if kind != "bundle":
+            raise TinyglotError(f"{out} holds another tinyglot model", "pass an empty or new --out folder")
 
 
 def parity_summary(report, gated: bool) -> dict:

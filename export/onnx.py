@@ -41,11 +41,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tinyglot.encoder import encode_by_length
 from tinyglot.errors import TinyglotError
 
 from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
-    finalize_bundle, parity_summary
+    finalize_bundle, parity_summary, check_bundle_out, encode_token_batches
 from .parity import Gates, ParityReport, check_parity
 
 LOADER = "tinyglot.export.onnx:load_onnx_bundle"
@@ -479,16 +478,7 @@ class OnnxEncoder:
         return self.session.run([self._output], feed)[0]
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        if isinstance(sentences, str):
-            raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
-        ids = self.tokenizer.encode_ids(list(sentences), self.max_len)
-        if not ids:
-            raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-        def run(rows: np.ndarray) -> np.ndarray:
-            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
-            return self.run_batch(batch.ids, batch.mask)
-
-        return encode_by_length([len(x) for x in ids], batch_size, run)
+        return encode_token_batches(self, sentences, batch_size)
 
 
 def load_onnx_bundle(path: str | Path, threads: int = 1, device: str = "cpu", **_: Any) -> OnnxEncoder:
@@ -548,12 +538,7 @@ def export_onnx(
         raise TinyglotError(f"unknown optimisation {optimize!r}", "use transformers, ort or none")
     model_path, out = Path(model), Path(out)
     source, tokenizer, scfg = load_source(model_path)
-    if out.resolve() == model_path.resolve():
-        raise TinyglotError("the bundle folder is the source folder", "pass another --out")
-    if out.exists() and (out / "config.json").exists():
-        existing = (out / "config.json").read_text(encoding="utf-8")
-        if '"kind": "bundle"' not in existing:
-            raise TinyglotError(f"{out} holds another tinyglot model", "pass an empty or new --out folder")
+    check_bundle_out(model_path, out)
     max_len = int(scfg["max_len"])
     vocab = tokenizer.vocab_size
     heads, hidden = _bert_shape(source)

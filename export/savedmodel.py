@@ -47,7 +47,7 @@ from tinyglot.encoder import encode_by_length
 from tinyglot.errors import TinyglotError
 
 from .bundle import PARITY, STUDENT_KIND, TOKENIZER, bundle_config, load_source, read_bundle, source_size, \
-    finalize_bundle, parity_summary
+    finalize_bundle, parity_summary, check_bundle_out
 from .parity import Gates, check_parity
 
 LOADER = "tinyglot.export.savedmodel:load_savedmodel_bundle"
@@ -311,12 +311,7 @@ def export_savedmodel(
     if scfg.get("kind") != STUDENT_KIND:
         raise TinyglotError(f"SavedModel export supports students (a transformers BertModel), not {scfg.get('kind')!r}",
                             "export the teacher with --format onnx or tflite")
-    if out.resolve() == model_path.resolve():
-        raise TinyglotError("the bundle folder is the source folder", "pass another --out")
-    if out.exists() and (out / "config.json").exists():
-        existing = (out / "config.json").read_text(encoding="utf-8")
-        if '"kind": "bundle"' not in existing:
-            raise TinyglotError(f"{out} holds another tinyglot model", "pass an empty or new --out folder")
+    check_bundle_out(model_path, out)
     max_len = int(scfg["max_len"])
     # sentences for the tokenisation check: the parity sentences, upper-cased copies, and edge cases
     if testset is None:

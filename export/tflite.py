@@ -40,11 +40,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tinyglot.encoder import encode_by_length
 from tinyglot.errors import TinyglotError
 
 from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
-    finalize_bundle, parity_summary
+    finalize_bundle, parity_summary, check_bundle_out, encode_token_batches
 from .parity import Gates, check_parity
 
 LOADER = "tinyglot.export.tflite:load_tflite_bundle"
@@ -388,16 +387,7 @@ class TFLiteEncoder:
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        if isinstance(sentences, str):
-            raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
-        ids = self.tokenizer.encode_ids(list(sentences), self.max_len)
-        if not ids:
-            raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-        def run(rows: np.ndarray) -> np.ndarray:
-            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
-            return self.run_batch(batch.ids, batch.mask)
-
-        return encode_by_length([len(x) for x in ids], batch_size, run)
+        return encode_token_batches(self, sentences, batch_size)
 
 
 def load_tflite_bundle(path: str | Path, threads: int = 1, **_: Any) -> TFLiteEncoder:
@@ -453,12 +443,7 @@ def export_tflite(
         raise TinyglotError(f"unknown TFLite quantization {mode!r}", f"choose one of: {', '.join(MODES)}")
     model_path, out = Path(model), Path(out)
     source, tokenizer, scfg = load_source(model_path)
-    if out.resolve() == model_path.resolve():
-        raise TinyglotError("the bundle folder is the source folder", "pass another --out")
-    if out.exists() and (out / "config.json").exists():
-        existing = (out / "config.json").read_text(encoding="utf-8")
-        if '"kind": "bundle"' not in existing:
-            raise TinyglotError(f"{out} holds another tinyglot model", "pass an empty or new --out folder")
+    check_bundle_out(model_path, out)
     max_len = int(scfg["max_len"])
     seqs = resolve_buckets(buckets, max_len)
     batches = parse_ints(batch_sizes if batch_sizes is not None else DEFAULT_BATCH_SIZES, "batch-sizes")
