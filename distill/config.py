@@ -20,9 +20,17 @@ class StudentConfig:
     max_len: int = 120
     dropout: float = 0.1
     vocab_size: int = 0  # set from the tokenizer
+    # Input embeddings: "teacher-pca" projects the teacher's token/position embeddings onto their top
+    # hidden_size principal directions (needs a tinyglot teacher with the student's vocabulary);
+    # "random" is the paper's initialisation; "auto" takes teacher-pca when it applies, else random.
+    init: str = "auto"
+
+    INITS = ("auto", "teacher-pca", "random")
 
     def validate(self) -> None:
         validate_positive(self, ("hidden_size", "num_layers", "num_heads", "ffn_size", "max_len"), "student")
+        if self.init not in self.INITS:
+            raise TinyglotError(f"unknown student.init {self.init!r}", f"choose one of: {', '.join(self.INITS)}")
         if self.hidden_size % self.num_heads:
             raise TinyglotError(f"student hidden_size {self.hidden_size} is not divisible by num_heads "
                                 f"{self.num_heads}", "pick a head count that divides the hidden size")

@@ -27,7 +27,7 @@ from tinyglot.training import (load_checkpoint, prepare_run_dir, run_tokenizer, 
 from .cache import teacher_embeddings
 from .config import DistillPreset
 from .losses import ams_loss, feature_distillation, logit_distillation
-from .student import Student, save_student
+from .student import Student, init_from_teacher_pca, save_student, teacher_input_embeddings
 
 log = logging.getLogger("tinyglot.distill")
 
@@ -86,9 +86,20 @@ class LealLATrainer:
                                         progress=progress)
         self.teacher_dim = int(self.t_emb.shape[1])
         check_dimensions(preset.student.hidden_size, self.teacher_dim)
+        self.init_tables = self._init_tables(teacher)
+
+    def _init_tables(self, teacher) -> dict[str, torch.Tensor] | None:
+        mode = self.preset.student.init
+        tables = None if mode == "random" else teacher_input_embeddings(teacher, self.tokenizer)
+        if mode == "teacher-pca" and tables is None:
+            raise TinyglotError("student.init=teacher-pca needs a tinyglot teacher whose vocabulary is the "
+                                "student's", "use --set student.init=random (or auto) with this teacher")
+        if mode == "auto":
+            log.info("student init: %s", "teacher-pca" if tables is not None else "random (no teacher tables)")
+        return tables
 
     def meta(self) -> dict:
-        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "loss": to_dict(self.preset.loss),
+        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_tables is not None, "loss": to_dict(self.preset.loss),
                 "tokenizer": self.tokenizer.sha256, "data": self.data.fingerprint, "teacher": self.identity,
                 "seed": self.preset.train.seed, "batch_size": self.preset.train.batch_size}
 
@@ -122,7 +133,12 @@ class LealLATrainer:
     def train(self, on_step: Callable[[int], None] | None = None) -> DistillResult:
         tc = self.preset.train
         seed_everything(tc.seed)
-        model = Student(self.preset.student, self.teacher_dim if self.preset.loss.fd else None).to(self.device)
+        model = Student(self.preset.student, self.teacher_dim if self.preset.loss.fd else None)
+        init = "random"
+        if self.init_tables is not None:
+            kept = init_from_teacher_pca(model, self.init_tables)
+            init = f"teacher-pca ({100 * kept:.1f} % of the token-embedding variance)"
+        model.to(self.device)
         loop = TrainLoop(self.out, model, tc, self.device, self.meta(), f"distill {self.preset_name}",
                          progress=self.progress)
         if self.resume:
@@ -135,6 +151,6 @@ class LealLATrainer:
         student_dir = save_student(model.cpu(), self.tokenizer, self.out / "student", {
             "preset": self.preset_name, "teacher": self.identity, "teacher_dim": self.teacher_dim,
             "loss": to_dict(self.preset.loss), "train": to_dict(tc), "trained_steps": result.steps,
-            "best_dev_p1": result.best_dev_p1,
+            "best_dev_p1": result.best_dev_p1, "init": init,
         })
         return DistillResult(self.out, student_dir, result.steps, result.seconds, result.best_dev_p1)

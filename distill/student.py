@@ -49,6 +49,42 @@ class Student(nn.Module):
         return {"embedding": emb, "encoder": enc, "total": emb + enc}
 
 
+EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+
+
+def teacher_input_embeddings(teacher, tokenizer: Tokenizer) -> dict[str, torch.Tensor] | None:
+    """The teacher's token, position and type embedding tables, when the teacher is a tinyglot
+    torch model (an EMS run or a student) whose vocabulary is ``tokenizer``; else None."""
+    inner = getattr(teacher, "inner", teacher)
+    module = getattr(getattr(inner, "_embed", None), "__self__", None)
+    embeddings = getattr(getattr(module, "encoder", None), "embeddings", None)
+    own = getattr(inner, "tokenizer", None)
+    if embeddings is None or own is None or getattr(own, "sha256", None) != tokenizer.sha256:
+        return None
+    return {name: getattr(embeddings, name).weight.detach().float().cpu() for name in EMBEDDING_TABLES}
+
+
+def init_from_teacher_pca(model: Student, tables: dict[str, torch.Tensor]) -> float:
+    """Project the teacher's embedding tables onto the top ``hidden_size`` principal directions of
+    its (centred) token embeddings and copy them into the student; returns the variance kept."""
+    word = tables["word_embeddings"]
+    d = model.cfg.hidden_size
+    if word.shape[0] != model.cfg.vocab_size or word.shape[1] < d:
+        raise TinyglotError(f"teacher embeddings {tuple(word.shape)} cannot initialise a "
+                            f"{model.cfg.vocab_size} x {d} student", "use --set student.init=random")
+    centred = word - word.mean(0)
+    _, sv, vh = torch.linalg.svd(centred.double(), full_matrices=False)
+    basis = vh[:d].T.float()
+    ours = model.encoder.embeddings
+    with torch.no_grad():
+        ours.word_embeddings.weight.copy_(centred @ basis)
+        for name in EMBEDDING_TABLES[1:]:
+            src, dst = tables[name], getattr(ours, name).weight
+            rows = min(src.shape[0], dst.shape[0])
+            dst[:rows].copy_(src[:rows] @ basis)
+    return float((sv[:d] ** 2).sum() / (sv ** 2).sum())
+
+
 def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: dict | None = None) -> Path:
     """Write ``out/`` as a transformers model folder (``model/``) + ``tokenizer.model`` + ``config.json``."""
     out = Path(out)

@@ -129,3 +129,45 @@ def test_dimension_reduction_reference(small_corpus, tiny_teacher_dir, tmp_path)
     with pytest.raises(TinyglotError, match="not smaller"):
         run_dimred(64, teacher=str(tiny_teacher_dir), data=small_corpus, out=tmp_path / "dr2",
                    progress=False, cache_dir=tmp_path / "cache", steps=1, say=lambda m: None)
+
+
+def test_student_init_from_teacher_pca(tiny_teacher_dir, tokenizer):
+    """teacher-pca copies the teacher's token embeddings projected on their principal directions:
+    at full rank the projection keeps every pairwise distance, below it the variance kept is the
+    share of the top eigenvalues (computed here independently with numpy)."""
+    from tinyglot.distill.config import StudentConfig
+    from tinyglot.distill.student import Student, init_from_teacher_pca, teacher_input_embeddings
+
+    teacher = load_teacher_encoder(str(tiny_teacher_dir))
+    tables = teacher_input_embeddings(teacher, tokenizer)
+    assert tables is not None
+    word = tables["word_embeddings"].numpy().astype(np.float64)
+    centred = word - word.mean(0)
+    eig = np.sort(np.linalg.eigvalsh(centred.T @ centred))[::-1]
+    full = word.shape[1]
+    for hidden in (full, full // 2):
+        cfg = StudentConfig(hidden_size=hidden, num_layers=1, num_heads=2, ffn_size=32, max_len=48,
+                            vocab_size=tokenizer.vocab_size)
+        student = Student(cfg)
+        kept = init_from_teacher_pca(student, tables)
+        assert kept == pytest.approx(eig[:hidden].sum() / eig.sum(), rel=1e-6)
+        ours = student.encoder.embeddings.word_embeddings.weight.detach().numpy().astype(np.float64)
+        if hidden == full:
+            np.testing.assert_allclose(ours @ ours.T, centred @ centred.T, atol=1e-5)
+        else:  # the leading principal component carries the largest variance
+            assert ours.var(0).max() == pytest.approx(eig[0] / len(word), rel=1e-4)
+
+
+def test_student_init_modes(small_pairs, tiny_teacher_dir, tmp_path):
+    from tinyglot.tokenizer import Tokenizer
+
+    trainer = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "auto", {"student": {"init": "auto"}})
+    assert trainer.init_tables is not None  # a tinyglot teacher sharing the student's vocabulary
+    assert _trainer(small_pairs, tiny_teacher_dir, tmp_path / "r", {"student": {"init": "random"}}).init_tables is None
+    other = Tokenizer.train([p.x for p in small_pairs] + [p.en for p in small_pairs], ["de", "fr", "ja", "ru", "en"],
+                            vocab_size=1200, seed=1)
+    from tinyglot.distill.student import teacher_input_embeddings
+
+    assert teacher_input_embeddings(load_teacher_encoder(str(tiny_teacher_dir)), other) is None
+    with pytest.raises(TinyglotError, match="student.init"):
+        get_preset("lealla-tiny", {"student": {"init": "pca"}})

@@ -1,0 +1,196 @@
+"""tinyglot models against the peers of shared/PEERS.md, on this machine, in one run.
+
+Every model runs in its own process (so its peak memory is its own) on the same sentences of the
+test set, with the same thread count:
+
+- p50 / p90 single-sentence latency: ``encode([s])`` of one sentence at a time, tokenisation
+  included, after warm-up queries;
+- sentences/s: ``encode`` of every test sentence in batches of ``--batch`` (tokenisation included);
+- peak memory: the process's peak resident set size after the latency loop (``VmHWM``), and the
+  part of it the model added (peak minus the resident size before loading);
+- size: bytes on disk of what the model needs (bundle folder, torch weights + tokenizer, or the
+  peer's package folder);
+- P@1: bitext retrieval on the test set (mean of x->en and en->x, per language and averaged).
+
+Prints one Markdown table, then speed ratios of each tinyglot model against each peer; writes
+everything to ``--json``.  Asserts nothing.
+
+    python benchmarks/peers.py --onnx B1 --tflite B2 --torch STUDENT --teacher TEACHER \\
+        --peers use-m,e5-small,minilm --threads 1 --json peers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULT_TAG = "PEERS_RESULT "
+
+
+def _rss(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def _torch_bytes(encoder, folder: Path) -> int:
+    """Inference weights of a tinyglot torch model (the encoder only, no training heads) + tokenizer."""
+    module = getattr(getattr(encoder, "_embed", None), "__self__", None)
+    params = module.encoder.parameters() if hasattr(module, "encoder") else module.parameters()
+    tok = next(iter(folder.glob("tokenizer.model")), None)
+    return sum(p.numel() * p.element_size() for p in params) + (tok.stat().st_size if tok else 0)
+
+
+def load_model(kind: str, spec: str, threads: int):
+    """(encoder, size in bytes) of one model: a tinyglot bundle / folder, or a peer by name."""
+    if kind == "peer":
+        from tinyglot.peers import load_peer
+
+        enc = load_peer(spec, threads)
+        return enc, enc.size_bytes()
+    import torch
+
+    from tinyglot.models import load_encoder
+
+    torch.set_num_threads(threads)
+    folder = Path(spec)
+    enc = load_encoder(folder, **({"threads": threads} if kind in ("onnx", "tflite") else {}))
+    size = _torch_bytes(enc, folder) if kind in ("torch", "teacher") else _folder_bytes(folder)
+    return enc, size
+
+
+def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries: int, warmup: int,
+                batch: int, seed: int) -> dict:
+    from tinyglot.data.embedded import load_testset
+    from tinyglot.evaluation import evaluate_bitext
+
+    testset = {lang: pairs[:pairs_per_lang] for lang, pairs in load_testset().items()}
+    sentences = [s for pairs in testset.values() for p in pairs for s in (p.x, p.en)]
+    rss_before = _rss("VmRSS")
+    t0 = time.perf_counter()
+    enc, size = load_model(kind, spec, threads)
+    load_s = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(sentences), size=warmup + queries, replace=True)
+    lat = []
+    for i, idx in enumerate(picks):
+        t = time.perf_counter()
+        enc.encode([sentences[idx]])
+        if i >= warmup:
+            lat.append(1000 * (time.perf_counter() - t))
+    peak = _rss("VmHWM")
+    lat = np.sort(np.array(lat))
+    t = time.perf_counter()
+    enc.encode(sentences, batch_size=batch)
+    throughput = len(sentences) / (time.perf_counter() - t)
+    result = evaluate_bitext(enc, testset, batch_size=batch, model_name=spec)
+    return {
+        "kind": kind, "spec": spec, "threads": threads, "load_s": round(load_s, 2),
+        "p50_ms": float(np.percentile(lat, 50, method="inverted_cdf")),
+        "p90_ms": float(np.percentile(lat, 90, method="inverted_cdf")),
+        "sentences_per_s": throughput, "peak_rss_mb": peak / 2**20 if peak else None,
+        "model_rss_mb": (peak - rss_before) / 2**20 if peak and rss_before else None,
+        "size_mb": size / 1e6, "p1": 100 * result.primary_metric,
+        "p1_per_lang": {row.lang: round(100 * row.mean, 1) for row in result.rows},
+        "sentences": len(sentences), "queries": queries,
+    }
+
+
+def run_isolated(kind: str, spec: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--one", f"{kind}={spec}", "--threads", str(args.threads),
+           "--pairs-per-lang", str(args.pairs_per_lang), "--queries", str(args.queries),
+           "--warmup", str(args.warmup), "--batch", str(args.batch)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TINYGLOT_NO_PROGRESS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(RESULT_TAG)), None)
+    if proc.returncode or line is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"kind": kind, "spec": spec, "error": " | ".join(tail)}
+    return json.loads(line[len(RESULT_TAG):])
+
+
+def table(rows: list[dict], names: dict[str, str]) -> str:
+    out = ["| model | size MB | peak RSS MB | load s | p50 ms | p90 ms | sentences/s | P@1 |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {names[r['spec']]} | error: {r['error'][:80]} | | | | | | |")
+            continue
+        out.append(f"| {names[r['spec']]} | {r['size_mb']:.1f} | {r['peak_rss_mb']:.0f} | {r['load_s']:.1f} | "
+                   f"{r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['sentences_per_s']:.0f} | {r['p1']:.1f} |")
+    return "\n".join(out)
+
+
+def ratios(rows: list[dict], names: dict[str, str]) -> str:
+    ours = [r for r in rows if r["kind"] != "peer" and "error" not in r]
+    peers = [r for r in rows if r["kind"] == "peer" and "error" not in r]
+    if not ours or not peers:
+        return ""
+    head = "| ours vs peer | " + " | ".join(names[p["spec"]] for p in peers) + " |"
+    out = ["Speed ratios (sentences/s ours / peer; p50 latency peer / ours; > 1 means ours is faster):", "",
+           head, "|---|" + "---:|" * len(peers)]
+    for r in ours:
+        cells = [f"{r['sentences_per_s'] / p['sentences_per_s']:.2f}x / {p['p50_ms'] / r['p50_ms']:.2f}x"
+                 for p in peers]
+        out.append(f"| {names[r['spec']]} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--onnx", action="append", default=[], help="ONNX bundle folder (repeatable)")
+    p.add_argument("--tflite", action="append", default=[], help="TFLite bundle folder (repeatable)")
+    p.add_argument("--torch", action="append", default=[], help="student folder, PyTorch fp32 (repeatable)")
+    p.add_argument("--teacher", action="append", default=[], help="EMS teacher run (repeatable)")
+    p.add_argument("--peers", default="use-m,e5-small,minilm", help="peers (tinyglot.peers), comma-separated")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--pairs-per-lang", type=int, default=500, help="test pairs per language")
+    p.add_argument("--queries", type=int, default=300, help="measured single-sentence queries")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--batch", type=int, default=32, help="batch size of the throughput pass")
+    p.add_argument("--json", type=Path, default=None, help="write all figures here")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        kind, spec = args.one.split("=", 1)
+        res = measure_one(kind, spec, args.threads, args.pairs_per_lang, args.queries, args.warmup,
+                          args.batch, seed=0)
+        print(RESULT_TAG + json.dumps(res))
+        return 0
+    jobs = ([("onnx", s) for s in args.onnx] + [("tflite", s) for s in args.tflite]
+            + [("torch", s) for s in args.torch] + [("teacher", s) for s in args.teacher]
+            + [("peer", s) for s in args.peers.split(",") if s])
+    names = {spec: (spec if kind == "peer" else f"{kind}: {Path(spec).name}") for kind, spec in jobs}
+    rows = []
+    for kind, spec in jobs:
+        print(f"measuring {names[spec]} ...", file=sys.stderr, flush=True)
+        rows.append(run_isolated(kind, spec, args))
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.threads} thread(s), "
+          f"{args.pairs_per_lang} test pairs per language, {args.queries} single-sentence queries\n")
+    print(table(rows, names))
+    print()
+    print(ratios(rows, names))
+    if args.json:
+        args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "rows": rows},
+                                        indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

