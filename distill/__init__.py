@@ -1,1 +1,27 @@
-"""Distillation recipes (LEALLA, multi-stage) — see the project's issues #4 and #5."""
+"""Distillation recipes (LEALLA, multi-stage) — see the project's issues #4 and #5.
+
+``run_distill`` (LEALLA), ``run_multistage`` (teacher -> assistant -> recurrent ALBERT student) and
+``run_dimred`` are what ``tinyglot distill --recipe lealla|multistage|dimred`` calls.  Names are imported
+lazily so that ``tinyglot --help`` does not pay for torch and transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "run_distill": "run", "run_dimred": "run", "load_student": "student", "LealLATrainer": "lealla",
+    "load_teacher_encoder": "teachers",
+    "run_multistage": "multistage", "MultiStageTrainer": "multistage", "MSModel": "multistage",
+    "load_multistage": "multistage", "load_ms_model": "multistage", "parse_stages": "multistage",
+    "MSPreset": "ms_config", "MSStudentConfig": "ms_config", "MSLossConfig": "ms_config",
+    "MSTrainConfig": "ms_config", "StageConfig": "ms_config",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

