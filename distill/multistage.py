@@ -27,13 +27,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -48,7 +45,7 @@ from tinyglot.data import Pair
 from tinyglot.encoder import Encoder
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
-from tinyglot.io import atomic_write_json, atomic_write_text
+from tinyglot.io import atomic_folder, atomic_write_json, atomic_write_text
 from tinyglot.models import TorchEncoder, mean_pool, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
@@ -234,24 +231,6 @@ def least_squares_head(head: nn.Linear, x: torch.Tensor, y: torch.Tensor, ridge:
 
 
 # ====================================================================== folders
-@contextmanager
-def atomic_folder(out: Path) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out`` that replaces ``out`` when the block succeeds (a kill
-    leaves the old folder or a hidden ``.old`` copy, never a half-written ``out``)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield tmp
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def save_ms_model(model: MSModel, tokenizer: Tokenizer, out: str | Path, kind: str, max_len: int,
                   extra: dict | None = None) -> Path:
     """``out/``: ``model/`` (a plain transformers folder), ``heads.safetensors``, ``tokenizer.model`` and

@@ -3,8 +3,6 @@ like any transformers model, plus tinyglot's tokenizer and config."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -13,7 +11,7 @@ from transformers import BertModel
 
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
-from tinyglot.io import atomic_write_json
+from tinyglot.io import atomic_folder, atomic_write_json
 from tinyglot.models import TorchEncoder, bert_config, mean_pool, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
@@ -88,18 +86,8 @@ def init_from_teacher_pca(model: Student, tables: dict[str, torch.Tensor]) -> fl
 def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: dict | None = None) -> Path:
     """Write ``out/`` as a transformers model folder (``model/``) + ``tokenizer.model`` + ``config.json``."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         _write_student(model, tokenizer, tmp, extra)
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if out.exists():
-            out.rename(old)  # a kill between the two renames leaves .old, never a half folder
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
