@@ -1,4 +1,4 @@
-"""The ``tinyglot`` command line: ``tinyglot data|teacher|eval ...``.
+"""The ``tinyglot`` command line: ``tinyglot data|teacher|eval|distill|export|bench|run ...``.
 
 User errors (:class:`~tinyglot.errors.TinyglotError`) print one message and exit with status 2,
 without a traceback.  Stages register their subcommands lazily so ``--help`` stays fast.
@@ -221,11 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     from tinyglot.teacher.cli import register as register_teacher
 
     from tinyglot.devices.cli import register as register_bench
+    from tinyglot.pipeline import register as register_run
 
     register_teacher(sub)
     register_distill(sub)
     register_export(sub)
     register_bench(sub)
+    register_run(sub)
     return parser
 
 

@@ -1,0 +1,364 @@
+"""``tinyglot run``: settings and profiles, stage markers, and the whole pipeline end to end (tiny profile).
+
+Everything is real: the end-to-end tests run ``python -m tinyglot run --profile tiny`` as a user would
+(an ems-tiny teacher trained into the run folder, a lealla-tiny student, ONNX and TFLite bundles,
+evaluation, a short benchmark, the report), interrupt it, rerun it and change a setting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyglot.cli import main
+from tinyglot.errors import TinyglotError
+from tinyglot.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
+                               StageSpec, load_config, run_stage, to_toml)
+from tinyglot.stagecache import StageStore, hash_json
+
+REPORT_SECTIONS = ("## Summary", "## Retrieval quality: P@1 per language", "## Models: dimensions, parameters, size, speed",
+                   "## Latency and throughput per runtime", "## Export parity", "## Stages", "## Settings and versions")
+LANGS = ("de", "es", "fr", "it", "ja", "nl", "pt", "ru", "tr", "zh")
+
+
+# ====================================================================== settings
+def test_default_profile_is_the_readme_job():
+    cfg = load_config()
+    assert cfg.profile == "default"
+    assert cfg.teacher.spec == "default"  # the cached teacher shared with `tinyglot distill`
+    assert cfg.distill.student == "lealla-small"
+    assert cfg.export.formats == [("onnx", "dynamic"), ("tflite", "dynamic")]
+    assert cfg.bundle_names() == ["onnx-dynamic", "tflite-dynamic"]
+    assert cfg.distill_overrides()["train"]["max_steps"] == cfg.distill.max_steps
+
+
+def test_tiny_profile_and_layering_of_file_and_sets(tmp_path):
+    tiny = load_config("tiny")
+    assert (tiny.teacher.spec, tiny.teacher.preset, tiny.distill.student) == ("train", "ems-tiny", "lealla-tiny")
+    assert tiny.data.max_pairs_per_lang > 0 and tiny.bench.min_seconds < 1
+    toml = tmp_path / "run.toml"
+    toml.write_text('profile = "tiny"\n[distill]\nmax_steps = 7\n[export]\nformats = ["onnx-none", "onnx:avx2"]\n'
+                    '[bench]\nseq = [16]\nthreads = [1, 2]\n', encoding="utf-8")
+    cfg = load_config(config_file=toml, sets=["distill.max_steps=9", "distill.overrides.train.lr=2e-3",
+                                               "bench.batch=1,4"])
+    assert cfg.profile == "tiny" and cfg.teacher.preset == "ems-tiny"  # the file's profile is the base
+    assert cfg.distill.max_steps == 9  # --set beats the file, which beats the profile
+    assert cfg.export.formats == [("onnx", "none"), ("onnx", "avx2")]
+    assert cfg.bench.seq == [16] and cfg.bench.threads == [1, 2] and cfg.bench.batch == [1, 4]
+    train = cfg.distill_overrides()["train"]  # tables merge key by key
+    assert train["lr"] == "2e-3" and train["save_every"] == PROFILES["tiny"]["distill"]["overrides"]["train"]["save_every"]
+    assert train["max_steps"] == 9
+    assert load_config("default", config_file=toml).profile == "default"  # --profile beats the file's
+
+
+def test_effective_settings_round_trip_through_toml(tmp_path):
+    cfg = load_config("tiny", sets=["distill.overrides.loss.fd=false", "export.formats=onnx-dynamic"])
+    path = tmp_path / "config.toml"
+    path.write_text(to_toml(cfg), encoding="utf-8")
+    again = load_config(config_file=path)
+    assert again == cfg
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(profile="huge"), "unknown profile 'huge'"),
+    (dict(sets=["distill.nope=1"]), "unknown setting 'distill.nope'"),
+    (dict(sets=["nosection.key=1"]), "unknown setting 'nosection'"),
+    (dict(sets=["distill.max_steps=many"]), "must be an integer"),
+    (dict(sets=["distill.max_steps=0"]), "train.max_steps must be positive"),
+    (dict(sets=["distill.student=lealla-huge"]), "unknown student preset"),
+    (dict(sets=["distill.overrides=3"]), "is a table of settings"),
+    (dict(sets=["export.formats=onnx-int3"]), "not available for onnx"),
+    (dict(sets=["export.formats=coreml-none"]), "unknown export format"),
+    (dict(sets=["export.formats=onnx"]), "is not FORMAT-QUANTIZATION"),
+    (dict(sets=["bench.seq=16,0"]), "bench.seq must be a non-empty list"),
+    (dict(sets=["bench.seq=16,33"]), "no signature for bench.seq"),
+    (dict(config_file="missing.toml"), "config file not found"),
+    (dict(sets=["data.train=/no/such/corpus"]), "data.train not found"),
+    (dict(sets=["teacher.spec=train", "teacher.preset=ems-huge"]), "unknown teacher preset"),
+])
+def test_bad_settings_are_clear_errors(kwargs, message):
+    with pytest.raises(TinyglotError, match=re.escape(message)):
+        load_config(**kwargs)
+
+
+def test_cli_user_errors_exit_2_without_traceback(tmp_path, capsys):
+    assert main(["run", "--config", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["run", "--set", "distill.nope=1", "--out", str(tmp_path / "o")]) == 2
+    assert main(["run", "--profile", "huge", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "config file not found" in err and "unknown setting 'distill.nope'" in err and "fix:" in err
+    assert "unknown profile 'huge'" in err and "default, tiny" in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+# ====================================================================== stage markers
+def test_markers_reuse_only_with_same_inputs_and_intact_outputs(tmp_path):
+    store = StageStore(tmp_path)
+    out = tmp_path / "a" / "out.bin"
+    out.parent.mkdir()
+    out.write_bytes(b"x" * 100)
+    (tmp_path / "a" / ".tmp-file").write_bytes(b"ignored")  # hidden (temporary) files are not outputs
+    assert store.check("a", "h1") == (None, "not done yet")
+    assert store.start("a", "h1") is False  # no interrupted attempt to resume
+    marker = store.finish("a", "h1", [tmp_path / "a"], 1.0)
+    assert list(marker.outputs) == ["a/out.bin"] and marker.outputs["a/out.bin"]["bytes"] == 100
+    assert store.check("a", "h1")[0] == marker
+    assert store.check("a", "h2") == (None, "its inputs changed")
+    out.write_bytes(b"y" * 100)  # same size, other bytes
+    assert store.check("a", "h1") == (None, "an output changed (a/out.bin changed)")
+    out.write_bytes(b"x" * 99)
+    assert store.check("a", "h1") == (None, "an output changed (a/out.bin changed size)")
+    out.unlink()
+    assert store.check("a", "h1") == (None, "an output changed (a/out.bin is missing)")
+    store.marker_path("a").write_text("{torn", encoding="utf-8")
+    assert store.check("a", "h1") == (None, "its marker is unreadable")
+    # an interrupted attempt is resumed only with the same inputs; starting removes the old marker
+    assert store.start("a", "h1") is True and not store.marker_path("a").exists()
+    assert store.start("a", "h3") is False
+    assert hash_json({"b": 1, "a": [1, 2]}) == hash_json({"a": [1, 2], "b": 1})
+
+
+def _ctx(tmp_path: Path, cfg: PipelineConfig | None = None) -> tuple[RunContext, list[str]]:
+    messages: list[str] = []
+    return RunContext(cfg or load_config("tiny"), tmp_path, messages.append, False, StageStore(tmp_path)), messages
+
+
+def test_run_stage_skips_reruns_and_cascades(tmp_path):
+    calls: list[str] = []
+    content = {"up": b"first"}
+
+    def up(ctx: RunContext) -> StageOutput:
+        calls.append("up")
+        (ctx.out / "up.txt").write_bytes(content["up"])
+        return StageOutput([ctx.out / "up.txt"])
+
+    def down(ctx: RunContext) -> StageOutput:
+        calls.append("down")
+        (ctx.out / "down.txt").write_bytes((ctx.out / "up.txt").read_bytes().upper())
+        return StageOutput([ctx.out / "down.txt"])
+
+    setting = {"n": 1}
+    specs = [StageSpec("up", (), lambda ctx: dict(setting), up), StageSpec("down", ("up",), lambda ctx: {}, down)]
+
+    def run_all() -> list[str]:
+        calls.clear()
+        ctx, _ = _ctx(tmp_path)
+        for i, spec in enumerate(specs, 1):
+            run_stage(ctx, spec, i)
+        return list(calls)
+
+    assert run_all() == ["up", "down"]
+    markers = {name: StageStore(tmp_path).marker_path(name).read_bytes() for name in ("up", "down")}
+    assert run_all() == []  # everything reused, markers untouched
+    assert {n: StageStore(tmp_path).marker_path(n).read_bytes() for n in markers} == markers
+    (tmp_path / "down.txt").write_bytes(b"tampered")
+    assert run_all() == ["down"]
+    setting["n"] = 2  # same output bytes: downstream is reused
+    assert run_all() == ["up"]
+    content["up"] = b"second"
+    setting["n"] = 3  # new output bytes: downstream reruns
+    assert run_all() == ["up", "down"]
+    assert (tmp_path / "down.txt").read_bytes() == b"SECOND"
+
+
+def test_altered_bundle_file_reruns_the_export_stage(tmp_path, student_dir):
+    """A real ONNX export of a (random) tiny student: a changed bundle file is detected and re-exported."""
+    import tinyglot
+
+    out = tmp_path / "run"
+    shutil.copytree(student_dir, out / "distill" / "student")
+    cfg = load_config("tiny", sets=["export.formats=onnx-dynamic"])
+    ctx, messages = _ctx(out, cfg)
+    ctx.markers["distill"] = ctx.store.finish("distill", "given", [ctx.student_dir], 0.0)
+    export = next(s for s in STAGES if s.name == "export")
+    first = run_stage(ctx, export, 3)
+    assert ctx.ran["export"] is True
+    reused = run_stage(ctx, export, 3)
+    assert ctx.ran["export"] is False and (reused.finished, reused.outputs) == (first.finished, first.outputs)
+    model = out / "bundles" / "onnx-dynamic" / "model.onnx"
+    tampered = model.read_bytes()[:-10] + b"0123456789"  # same size, other bytes
+    model.write_bytes(tampered)
+    run_stage(ctx, export, 3)
+    assert ctx.ran["export"] is True
+    assert any("an output changed (bundles/onnx-dynamic/model.onnx changed)" in m for m in messages)
+    assert model.read_bytes() != tampered
+    emb = tinyglot.load(out / "bundles" / "onnx-dynamic").encode(["Guten Tag", "Good day"])
+    assert emb.shape == (2, 32) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-3)
+    (out / "bundles" / "onnx-dynamic" / "parity.json").unlink()
+    run_stage(ctx, export, 3)
+    assert ctx.ran["export"] is True and (out / "bundles" / "onnx-dynamic" / "parity.json").is_file()
+
+
+# ====================================================================== end to end
+@dataclass
+class TinyRun:
+    out: Path
+    env: dict
+    interrupted: subprocess.CompletedProcess
+    teacher_done_at_kill: bool
+    resumed: subprocess.CompletedProcess
+    seconds: float
+
+
+def _run(out: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tinyglot", "run", "--profile", "tiny", "--out", str(out), *extra],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def _markers(out: Path) -> dict[str, bytes]:
+    return {name: (out / "stages" / f"{name}.json").read_bytes() for name in STAGE_NAMES}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> TinyRun:
+    """The tiny pipeline, interrupted (SIGTERM) while the teacher trains, then rerun to the end."""
+    root = tmp_path_factory.mktemp("pipeline")
+    out = root / "run"
+    env = {**os.environ, "TINYGLOT_HOME": str(root / "home"), "TINYGLOT_NO_PROGRESS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tinyglot", "run", "--profile", "tiny", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "teacher" / "last.pt").exists() or (out / "stages" / "teacher.json").exists():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=120)
+    teacher_done = (out / "stages" / "teacher.json").exists()
+    interrupted = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
+    started = time.time()
+    resumed = _run(out, env)
+    return TinyRun(out, env, interrupted, teacher_done, resumed, time.time() - started)
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_and_completes(tiny_run):
+    assert tiny_run.interrupted.returncode == 130, tiny_run.interrupted.stdout[-2000:]
+    assert "rerun the same command to continue" in tiny_run.interrupted.stdout
+    proc = tiny_run.resumed
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    teacher = json.loads((tiny_run.out / "stages" / "teacher.json").read_text())
+    if tiny_run.teacher_done_at_kill:
+        assert "stage 1/6 teacher: reused" in proc.stdout
+    else:  # killed mid-training: the teacher continued from its checkpoint instead of starting over
+        assert "teacher: resuming the interrupted run from its last.pt" in proc.stdout
+        assert teacher["info"]["resumed"] is True
+        steps = [json.loads(line)["step"] for line in (tiny_run.out / "teacher" / "metrics.jsonl").open()
+                 if '"loss"' in line]
+        assert steps == sorted(set(steps)) and steps[-1] == PROFILES["tiny"]["teacher"]["overrides"]["train"]["max_steps"]
+    assert f"0 of {len(STAGE_NAMES)} stages reused" in proc.stdout or tiny_run.teacher_done_at_kill
+    assert (tiny_run.out / "report.md").is_file()
+
+
+@pytest.mark.slow
+def test_report_sections_are_filled_from_real_numbers(tiny_run):
+    from tinyglot.devices.bench import read_measurements
+
+    out = tiny_run.out
+    md = (out / "report.md").read_text(encoding="utf-8")
+    for section in REPORT_SECTIONS:
+        assert section in md, section
+    results = json.loads((out / "eval" / "results.json").read_text())
+    names = [m["name"] for m in results["models"]]
+    assert names == ["TF-IDF", "teacher", "student (PyTorch)", "onnx-dynamic", "tflite-dynamic"]
+    # P@1 table: one row per language, every column a number, equal to the eval stage's results
+    p1 = md.split("## Retrieval quality")[1].split("##")[0]
+    header = next(line for line in p1.splitlines() if line.startswith("| lang"))
+    assert [c.strip() for c in header.strip("|").split("|")][1:] == names
+    for lang in LANGS:
+        row = next(line for line in p1.splitlines() if line.startswith(f"| {lang} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        want = [f"{100 * next(r['mean'] for r in m['result']['languages'] if r['lang'] == lang):.1f}"
+                for m in results["models"]]
+        assert cells == want
+    # models table: sizes, parameter counts and latencies of every runtime
+    models = md.split("## Models")[1].split("##")[0]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in models.splitlines() if line.startswith("| ") and not line.startswith("| model")}
+    for name in ("student (PyTorch)", "onnx-dynamic", "tflite-dynamic"):
+        assert re.match(r"^[\d.]+ (KB|MB)$", rows[name][4]), rows[name]
+        assert re.match(r"^[\d,]+", rows[name][3]) and re.match(r"^\d+\.\d\d$", rows[name][6]), rows[name]
+    assert re.match(r"^[\d,]+$", rows["teacher"][3])
+    measured = read_measurements(out / "bench" / "results.sqlite")
+    assert {r["runtime"] for r in measured} == {"torch", "onnx", "tflite"}
+    for r in measured:
+        assert r["p50_ms"] > 0 and r["throughput_sps"] > 0
+        assert f"{r['p50_ms']:.3f}" in md  # the bench table is the database's numbers
+    # parity, stages, versions, figures
+    parity = md.split("## Export parity")[1].split("##")[0]
+    assert parity.count("| passed |") == 2
+    stages = md.split("## Stages")[1].split("##")[0]
+    for name in STAGE_NAMES[:-1]:
+        assert re.search(rf"\| {name} \| (ran|reused)[^|]*\| \d+\.\d \|", stages), name
+    versions = md.split("## Settings and versions")[1]
+    for dist in ("python", "torch", "transformers", "onnxruntime", "ai-edge-litert", "litert-torch"):
+        assert re.search(rf"\| {dist} \| \d", versions), dist
+    assert "Platform:" in versions and 'profile = "tiny"' in versions
+    for fig in ("figures/pareto.png", "figures/latency_vs_seq.png"):
+        assert f"]({fig})" in md and (out / fig).stat().st_size > 1000
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == 2 and "<table>" in page and "src=\"figures/" not in page
+    assert (out / "bench" / "report" / "report.md").is_file()
+
+
+@pytest.mark.slow
+def test_every_bundle_loads_and_has_a_model_card(tiny_run):
+    import tinyglot
+
+    folders = [tiny_run.out / "bundles" / "onnx-dynamic", tiny_run.out / "bundles" / "tflite-dynamic",
+               tiny_run.out / "distill" / "student"]
+    reference = None
+    for folder in folders:
+        emb = tinyglot.load(folder).encode(["Wo ist der Drucker?", "Where is the printer?"])
+        assert emb.shape == (2, 32) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-3)
+        reference = emb if reference is None else reference
+        assert float((emb * reference).sum(axis=1).min()) > 0.95  # the same model in every format
+        card = (folder / "README.md").read_text(encoding="utf-8")
+        for section in ("## Languages", "## Intended use", "## Limits", "## Numbers"):
+            assert section in card
+        assert "de, es, fr, it, ja" in card.replace("en, ", "") and "| **average** |" in card
+
+
+@pytest.mark.slow
+def test_second_run_reuses_every_stage(tiny_run):
+    before = _markers(tiny_run.out)
+    report = (tiny_run.out / "report.md").read_bytes()
+    started = time.time()
+    proc = _run(tiny_run.out, tiny_run.env)
+    seconds = time.time() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count(": reused (") == len(STAGE_NAMES)
+    assert f"{len(STAGE_NAMES)} of {len(STAGE_NAMES)} stages reused" in proc.stdout
+    assert _markers(tiny_run.out) == before and (tiny_run.out / "report.md").read_bytes() == report
+    assert seconds < 0.5 * tiny_run.seconds + 10, (seconds, tiny_run.seconds)
+
+
+@pytest.mark.slow
+def test_changing_a_distill_setting_reruns_distill_and_after_but_not_the_teacher(tiny_run):
+    before = _markers(tiny_run.out)
+    steps = PROFILES["tiny"]["distill"]["max_steps"] - 5
+    proc = _run(tiny_run.out, tiny_run.env, "--set", f"distill.max_steps={steps}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    after = _markers(tiny_run.out)
+    assert after["teacher"] == before["teacher"] and "stage 1/6 teacher: reused" in proc.stdout
+    for name in STAGE_NAMES[1:]:
+        assert after[name] != before[name], name
+        assert f"{name}: running" in proc.stdout
+    assert "distill: running (its inputs changed)" in proc.stdout
+    summary = json.loads((tiny_run.out / "distill" / "summary.json").read_text())
+    assert summary["trained_steps"] == steps
+    assert f"{steps} distillation steps" in (tiny_run.out / "report.md").read_text(encoding="utf-8")
+    # the TF-IDF and teacher evaluations came from the eval stage's cache
+    models = {m["name"]: m for m in json.loads((tiny_run.out / "eval" / "results.json").read_text())["models"]}
+    assert models["TF-IDF"]["cached"] and models["teacher"]["cached"] and not models["student (PyTorch)"]["cached"]

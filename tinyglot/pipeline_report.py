@@ -1,0 +1,381 @@
+"""The report of a ``tinyglot run``: ``report.md``, ``report.html``, figures and model cards.
+
+Everything is read from the run folder (stage markers, ``teacher.json``, ``distill/summary.json``,
+``eval/results.json``, each bundle's ``config.json``/``parity.json``, ``bench/results.sqlite``), so
+the report holds only numbers the stages measured.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import shlex
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tinyglot.io import atomic_write_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tinyglot.pipeline import RunContext
+
+VERSIONED = ("tinyglot", "torch", "transformers", "sentencepiece", "numpy", "onnx", "onnxruntime", "litert-torch",
+             "ai-edge-litert", "matplotlib")
+FIGURES = "figures"
+
+
+# ------------------------------------------------------------------ the numbers
+@dataclass
+class Column:
+    """One evaluated model: a column of the P@1 table and a row of the model table."""
+
+    name: str
+    kind: str  # tfidf | teacher | student | bundle
+    path: str
+    result: Any  # BitextResult
+    cached: bool = False
+    bundle: dict = field(default_factory=dict)  # config.json of a bundle
+    parity: dict = field(default_factory=dict)  # parity.json of a bundle
+    bench: dict | None = None  # the bench row at the reference setting
+
+    @property
+    def p1(self) -> float:
+        return 100 * self.result.primary_metric
+
+
+@dataclass
+class ReportData:
+    testset: str
+    columns: list[Column]
+    teacher: dict
+    student: dict
+    bench_rows: list[dict]
+    reference: tuple[int, int, int] | None  # (threads, batch, seq) the models are compared at
+    generated: str
+
+    def column(self, kind: str) -> Column | None:
+        return next((c for c in self.columns if c.kind == kind), None)
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def collect(ctx: "RunContext") -> ReportData:
+    from tinyglot.devices.bench import read_measurements
+    from tinyglot.devices.report import latest_rows, reference_setting
+    from tinyglot.evaluation import BitextResult
+
+    evals = _read_json(ctx.out / "eval" / "results.json")
+    rows = latest_rows(read_measurements(ctx.out / "bench" / "results.sqlite"))
+    reference = reference_setting(rows) if rows else None
+    by_path = {str(Path(r["bundle"]).resolve()): r for r in rows
+               if reference and (r["threads"], r["batch"], r["seq"]) == reference}
+    columns = []
+    for m in evals.get("models", []):
+        col = Column(m["name"], m["kind"], m["path"], BitextResult.from_dict(m["result"]), m.get("cached", False))
+        if m["kind"] == "bundle":
+            col.bundle = _read_json(Path(m["path"]) / "config.json")
+            col.parity = _read_json(Path(m["path"]) / "parity.json")
+        if m["path"]:
+            col.bench = by_path.get(str(Path(m["path"]).resolve()))
+        columns.append(col)
+    teacher = {**_read_json(ctx.out / "teacher.json"), "spec": ctx.teacher_spec()}
+    return ReportData(evals.get("testset", ""), columns, teacher,
+                      _read_json(ctx.out / "distill" / "summary.json"), rows, reference,
+                      _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+# ------------------------------------------------------------------ formatting helpers
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1f}"
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
+def _size(n: int | None) -> str:
+    from tinyglot.export.bundle import human_size
+
+    return "–" if not n else human_size(int(n))
+
+
+def _count(n: int | None) -> str:
+    return "–" if n is None else f"{n:,}"
+
+
+def table(header: list[str], rows: list[list[str]], right_from: int = 1) -> str:
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i < right_from else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def p1_table(columns: list[Column]) -> str:
+    langs = [r.lang for r in columns[0].result.rows]
+    rows = [[lang] + [_pct(100 * c.result.rows[i].mean) for c in columns] for i, lang in enumerate(langs)]
+    rows.append(["**average**"] + [f"**{_pct(c.p1)}**" for c in columns])
+    return table(["lang"] + [c.name for c in columns], rows)
+
+
+def model_bytes(col: Column, data: ReportData) -> int | None:
+    if col.kind == "teacher":
+        return data.teacher.get("bytes")
+    if col.kind == "student":
+        return data.student.get("bytes")
+    if col.kind == "bundle":
+        files = col.bundle.get("files", [])
+        return sum((Path(col.path) / f).stat().st_size for f in files if (Path(col.path) / f).is_file()) or None
+    return None
+
+
+def parameters(col: Column, data: ReportData) -> str:
+    if col.kind == "teacher":
+        return _count(data.teacher.get("parameters"))
+    if col.kind in ("student", "bundle"):
+        total = (data.student.get("parameters") or {}).get("total")
+        return _count(total) + (" (the student's)" if col.kind == "bundle" and total else "")
+    return "–"
+
+
+def tfidf_dim() -> int:
+    from tinyglot.evaluation.tfidf import TfidfEncoder
+
+    return TfidfEncoder().dim
+
+
+def models_table(data: ReportData) -> str:
+    rows = []
+    for c in data.columns:
+        dim = {"teacher": data.teacher.get("dim"), "student": data.student.get("dim"),
+               "bundle": c.bundle.get("dim"), "tfidf": tfidf_dim()}.get(c.kind)
+        q = (c.bundle.get("quantization") or {}).get("name") or (c.bundle.get("quantization") or {}).get("mode")
+        fmt = {"tfidf": "character n-gram TF-IDF", "teacher": data.teacher.get("kind") or "",
+               "student": "PyTorch (fp32)"}.get(c.kind, f"{c.bundle.get('format')} ({q})")
+        b = c.bench or {}
+        rows.append([c.name, fmt, str(dim or "–"), parameters(c, data), _size(model_bytes(c, data)), _pct(c.p1),
+                     _ms(b.get("p50_ms")), _ms(b.get("p90_ms")),
+                     "–" if b.get("throughput_sps") is None else f"{b['throughput_sps']:.1f}"])
+    return table(["model", "format", "dim", "parameters", "size", "P@1 %", "p50 ms", "p90 ms", "sentences/s"],
+                 rows, right_from=2)
+
+
+def parity_table(columns: list[Column]) -> str:
+    rows = []
+    for c in columns:
+        p = c.parity
+        if not p:
+            continue
+        rows.append([c.name, "passed" if p.get("passed") else "FAILED: " + "; ".join(p.get("failures", [])),
+                     str(p.get("n_sentences")), f"{p.get('mean_cosine', 0):.5f}", f"{p.get('min_cosine', 0):.5f}",
+                     f"{p.get('max_abs_diff', 0):.2e}", _pct(p.get("p1_reference")), _pct(p.get("p1_exported")),
+                     f"{p.get('p1_drop', 0):+.2f}"])
+    return table(["bundle", "gates", "sentences", "mean cos", "min cos", "max abs diff", "P@1 source",
+                  "P@1 bundle", "P@1 drop"], rows, right_from=2)
+
+
+def stages_table(ctx: "RunContext") -> str:
+    rows = []
+    for name, marker in ctx.markers.items():
+        ran = ctx.ran.get(name)
+        status = "ran" if ran else f"reused (done {marker.finished})"
+        extra = ""
+        if marker.info.get("resumed"):
+            extra = " (resumed from last.pt)"
+        rows.append([name, status + extra, f"{marker.seconds:.1f}"])
+    rows.append(["report", "ran", "–"])
+    return table(["stage", "in the run that wrote this report", "wall time, s"], rows, right_from=2)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in VERSIONED:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def host_line(short: bool = False) -> str:
+    from tinyglot.devices.profiles import detect_host
+
+    h = detect_host()
+    cpu = f"{h.get('cpu_model') or '?'} ({h.get('machine')}, {h.get('cores_logical')} logical cores)"
+    if short:
+        return cpu
+    return (f"{cpu}, {h.get('cores_physical') or '?'} physical, ISA {' '.join(h.get('flags') or []) or '-'}, "
+            f"{(h.get('memory_bytes') or 0) / 2**30:.1f} GiB RAM")
+
+
+def command_line() -> str:
+    args = sys.argv[1:]
+    return "tinyglot " + shlex.join(args) if args[:1] == ["run"] else "(run from Python: see config.toml)"
+
+
+# ------------------------------------------------------------------ figures
+def make_figures(ctx: "RunContext", data: ReportData) -> list[Path]:
+    """The Pareto view (latency vs P@1, size) and latency vs sequence length, with devices/report.py."""
+    from tinyglot.devices.report import plot_latency_vs_seq, plot_pareto
+
+    if not data.bench_rows:
+        return []
+    folder = ctx.out / FIGURES
+    folder.mkdir(parents=True, exist_ok=True)
+    device = data.bench_rows[0]["device"]
+    by_path = {str(Path(c.path).resolve()): c for c in data.columns if c.path}
+    p1 = {}
+    for r in data.bench_rows:
+        col = by_path.get(str(Path(r["bundle"]).resolve()))
+        if col is not None:
+            p1[r["bundle_hash"]] = (col.p1, f"eval/results.json ({data.testset})")
+    out = [plot_pareto(data.bench_rows, p1, folder / "pareto.png", device),
+           plot_latency_vs_seq(data.bench_rows, folder / "latency_vs_seq.png", device)]
+    return [p for p in out if p is not None]
+
+
+# ------------------------------------------------------------------ report.md
+def render_markdown(ctx: "RunContext", data: ReportData, figures: list[Path]) -> str:
+    from tinyglot.devices.report import markdown_table
+    from tinyglot.pipeline import to_toml
+
+    student, teacher, tfidf = data.column("student"), data.column("teacher"), data.column("tfidf")
+    retention = student.p1 / teacher.p1 if student and teacher and teacher.p1 > 0 else None
+    t_ref = data.reference
+    bundles = [c for c in data.columns if c.kind == "bundle"]
+    lines = [f"# tinyglot run report ({ctx.cfg.profile} profile)", "",
+             f"Generated {data.generated} in `{ctx.out}`.", ""]
+    summary = [f"- **Student** `{data.student.get('student')}`: {data.student.get('dim')}-d, "
+               f"{_count((data.student.get('parameters') or {}).get('total'))} parameters, "
+               f"{_size(data.student.get('bytes'))}, {data.student.get('trained_steps')} distillation steps; "
+               f"P@1 **{_pct(student.p1 if student else None)}**"
+               + (f" ({100 * retention:.1f} % of the teacher's)" if retention is not None else "") + ".",
+               f"- **Teacher** `{data.teacher.get('spec')}` ({data.teacher.get('kind')}, {data.teacher.get('dim')}-d): "
+               f"P@1 {_pct(teacher.p1 if teacher else None)}; TF-IDF baseline {_pct(tfidf.p1 if tfidf else None)}."]
+    for c in bundles:
+        b = c.bench or {}
+        summary.append(f"- **Bundle** `{c.name}`: P@1 {_pct(c.p1)}, {_size(model_bytes(c, data))}, p50 "
+                       f"{_ms(b.get('p50_ms'))} ms" + (f" at {t_ref[0]} thread(s), batch {t_ref[1]}, seq {t_ref[2]}"
+                                                       if t_ref else "")
+                       + f"; parity {'passed' if c.parity.get('passed') else 'failed'}.")
+    lines += ["## Summary", "", *summary, ""]
+    lines += ["## Retrieval quality: P@1 per language", "",
+              f"Test set: {data.testset}. P@1 in % (mean of x→en and en→x), cosine retrieval among the pairs of "
+              "each language, `tinyglot.evaluation.evaluate_bitext`. TF-IDF is fitted on the training corpus.", "",
+              p1_table(data.columns), ""]
+    lines += ["## Models: dimensions, parameters, size, speed", "",
+              "Size: weight files (teacher: its checkpoint; student: the transformers folder; bundle: the model "
+              "file). Latency per query and throughput from the bench stage"
+              + (f" at {t_ref[0]} thread(s), batch {t_ref[1]}, sequence length {t_ref[2]}." if t_ref else "."), "",
+              models_table(data), ""]
+    if data.bench_rows:
+        lines += ["## Latency and throughput per runtime", "", f"Host: {host_line()}.", "",
+                  "Each row is one process: warm-up, then queries one after the other (p50/p90/p99 per query of "
+                  "`batch` sentences padded to exactly `seq` tokens; sentences/s = batch x queries / time). "
+                  "Database: `bench/results.sqlite`; `bench/report/report.md` has the same tables.", "",
+                  markdown_table(data.bench_rows), ""]
+        for fig in figures:
+            alt = "Pareto view: latency vs P@1 and size vs P@1" if "pareto" in fig.name else "latency vs sequence length"
+            lines += [f"![{alt}]({fig.relative_to(ctx.out).as_posix()})", ""]
+    if bundles:
+        lines += ["## Export parity", "",
+                  "Each bundle against the PyTorch student on the first "
+                  f"{ctx.cfg.export.parity_sentences} test pairs per language (`parity.json` in the bundle).", "",
+                  parity_table(bundles), ""]
+    lines += ["## Stages", "", stages_table(ctx), "",
+              "A stage is reused when its settings and the outputs of the stages it reads are unchanged and its "
+              "own outputs still hash the same (`stages/*.json`).", ""]
+    lines += ["## Settings and versions", "", f"Command: `{command_line()}`", "",
+              table(["package", "version"], [[k, v] for k, v in versions().items()], right_from=2), "",
+              f"Platform: {platform.platform()}; CPU: {host_line()}.", "",
+              "Settings (`config.toml`; `tinyglot run --config config.toml` repeats the run):", "",
+              "```toml", to_toml(ctx.cfg).rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ model cards
+def model_card(ctx: "RunContext", data: ReportData, col: Column) -> str:
+    """README.md of a student or bundle folder: languages, intended use, limits, numbers."""
+    s = data.student
+    langs = [lang for lang in (s.get("languages") or []) if lang != "en"]
+    fmt = "PyTorch (transformers BertModel, fp32)" if col.kind == "student" else \
+        f"{col.bundle.get('format')} ({(col.bundle.get('quantization') or {}).get('mode')} quantization)"
+    tfidf, teacher, student = data.column("tfidf"), data.column("teacher"), data.column("student")
+    compare: list[Column] = []
+    for c in (col, student, teacher, tfidf):
+        if c is not None and all(c is not x for x in compare):
+            compare.append(c)
+    b = col.bench or {}
+    train = (s.get("settings") or {}).get("train") or {}
+    corpus = ctx.cfg.data.train or "the embedded corpus: software localisation strings"
+    lines = [f"# {s.get('student')} sentence encoder: {fmt}", "",
+             f"Multilingual sentence embeddings ({s.get('dim')} dimensions, L2-normalised) for English and "
+             f"{len(langs)} languages, distilled with LEALLA from the teacher `{data.teacher.get('spec')}` and "
+             f"written by `tinyglot run` on {data.generated[:10]}.", "",
+             "## Use", "", "```python", "import tinyglot", "",
+             f'encoder = tinyglot.load("{col.path}")',
+             'emb = encoder.encode(["Where is the printer?", "¿Dónde está la impresora?"])  # float32, L2-normalised',
+             "similarity = emb[0] @ emb[1]", "```", "",
+             "ONNX and TFLite bundles need `pip install \"tinyglot[export]\"` (onnxruntime, ai-edge-litert).", "",
+             "## Languages", "", ", ".join(["en", *langs]) + ".", "",
+             "## Intended use", "",
+             "Cross-lingual retrieval, bitext mining and semantic similarity between English and the languages "
+             "above, where a large encoder does not fit: on CPUs and phones, for short texts such as interface "
+             "strings, help sentences and search queries.", "",
+             "## Limits", "",
+             f"- Trained on {s.get('train_pairs', 0):,} sentence pairs ({corpus}) for "
+             f"{s.get('trained_steps')} steps of {train.get('batch_size')} pairs; other domains (chat, news, long "
+             "documents) were not measured and will be weaker.",
+             f"- Inputs are truncated to {s.get('max_len')} tokens.",
+             "- Languages not listed above were not trained; their embeddings are not meaningful.",
+             "- Quantized bundles give embeddings slightly different from the PyTorch student (parity below): "
+             "compare embeddings made by the same bundle.",
+             "- Evaluated only on the test set below (P@1 of translation retrieval); no bias or fairness "
+             "evaluation was done.", "",
+             "## Numbers", "", f"P@1 in % on {data.testset} (mean of x→en and en→x):", "",
+             p1_table(compare), ""]
+    lines += [f"Parameters: {_count((s.get('parameters') or {}).get('total'))}; model size: "
+              f"{_size(model_bytes(col, data))}."]
+    if col.parity:
+        p = col.parity
+        lines += ["", f"Parity against the PyTorch student ({p.get('n_sentences')} sentences): mean cosine "
+                      f"{p.get('mean_cosine', 0):.5f}, min cosine {p.get('min_cosine', 0):.5f}, P@1 drop "
+                      f"{p.get('p1_drop', 0):+.2f} points; gates {'passed' if p.get('passed') else 'FAILED'}."]
+    if b:
+        lines += ["", f"Latency on {host_line(short=True)}: p50 {_ms(b.get('p50_ms'))} ms, p90 {_ms(b.get('p90_ms'))} ms per "
+                      f"query of {b.get('batch')} sentence(s) of {b.get('seq')} tokens with {b.get('threads')} "
+                      f"thread(s) ({b.get('runtime')} {b.get('runtime_version') or ''}); "
+                      f"{b.get('throughput_sps', 0):.1f} sentences/s."]
+    lines += ["", "## Provenance", "", f"Teacher: `{data.teacher.get('spec')}` ({data.teacher.get('kind')}). "
+              f"Settings: `{ctx.out / 'config.toml'}`; full report: `{ctx.out / 'report.md'}`.", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ everything
+def write_report(ctx: "RunContext") -> list[Path]:
+    """Write report.md (+ report.html, figures, model cards); return the files written."""
+    data = collect(ctx)
+    figures = make_figures(ctx, data)
+    md = render_markdown(ctx, data, figures)
+    files = [ctx.out / "report.md", *figures]
+    atomic_write_text(files[0], md)
+    if ctx.cfg.report.html:
+        from tinyglot.report_html import markdown_to_html
+
+        html = markdown_to_html(md, base=ctx.out, title=f"tinyglot run report ({ctx.cfg.profile})")
+        atomic_write_text(ctx.out / "report.html", html)
+        files.append(ctx.out / "report.html")
+    if ctx.cfg.report.model_cards:
+        for col in data.columns:
+            if col.kind in ("student", "bundle"):
+                card = Path(col.path) / "README.md"
+                atomic_write_text(card, model_card(ctx, data, col))
+                files.append(card)
+    return files
+
+
+__all__ = ["ReportData", "collect", "model_card", "render_markdown", "versions", "write_report"]

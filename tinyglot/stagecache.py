@@ -1,0 +1,175 @@
+"""Stage markers: skip a pipeline stage whose inputs did not change and whose outputs are intact.
+
+A stage that finishes writes ``<stages>/<name>.json`` atomically::
+
+    {"stage": "distill", "input_hash": "...", "inputs": {...}, "outputs": {"distill/student/config.json":
+     {"sha256": "...", "bytes": 1234}, ...}, "output_hash": "...", "seconds": 12.3, "finished": "...",
+     "info": {...}}
+
+``input_hash`` hashes the stage's inputs (its config section and the ``output_hash`` of the stages
+it reads); ``output_hash`` hashes the names, sizes and sha256 of the files it wrote.  A stage is
+reused only if its marker exists, the input hash matches and every output file still has the
+recorded size and sha256; anything else (no marker, changed inputs, a missing, altered or
+truncated file, an unreadable marker) reruns it.  Because downstream inputs contain upstream
+output hashes, a rerun that produces different files reruns everything after it.
+
+``<stages>/<name>.started.json`` is written when a stage starts: a training stage whose marker is
+missing resumes its own ``last.pt`` only when the interrupted attempt had the same input hash, and
+otherwise starts from an empty folder.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from tinyglot.io import atomic_write_json
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_json(obj: Any) -> str:
+    """sha256 of a JSON-able object in canonical form (sorted keys, no whitespace)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def files_under(folder: str | Path) -> list[Path]:
+    """Every regular file below ``folder``, sorted, except hidden ones (temporary files, ``.old``)."""
+    folder = Path(folder)
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def _key(path: Path, root: Path) -> str:
+    """A file's name in a marker: relative to the run folder when inside it, else absolute."""
+    path = path.resolve()
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def describe_files(paths: Iterable[str | Path], root: str | Path) -> dict[str, dict[str, Any]]:
+    """``{name: {"sha256", "bytes"}}`` of ``paths`` (folders are expanded to their files)."""
+    root = Path(root)
+    out: dict[str, dict[str, Any]] = {}
+    for p in paths:
+        p = Path(p)
+        for f in (files_under(p) if p.is_dir() else [p]):
+            out[_key(f, root)] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
+    return dict(sorted(out.items()))
+
+
+def resolve_key(name: str, root: str | Path) -> Path:
+    path = Path(name)
+    return path if path.is_absolute() else Path(root) / path
+
+
+def outputs_intact(outputs: dict[str, dict[str, Any]], root: str | Path) -> str | None:
+    """None if every recorded file still has its size and sha256, else why not (the first problem)."""
+    for name, want in outputs.items():
+        path = resolve_key(name, root)
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want.get("bytes"):
+            return f"{name} changed size"
+        if sha256_file(path) != want.get("sha256"):
+            return f"{name} changed"
+    return None
+
+
+@dataclass
+class Marker:
+    """What a finished stage left in ``<stages>/<name>.json``."""
+
+    stage: str
+    input_hash: str
+    outputs: dict[str, dict[str, Any]]
+    seconds: float
+    finished: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_hash(self) -> str:
+        return hash_json(self.outputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "input_hash": self.input_hash, "output_hash": self.output_hash,
+                "seconds": self.seconds, "finished": self.finished, "inputs": self.inputs,
+                "outputs": self.outputs, "info": self.info}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Marker":
+        return cls(str(data["stage"]), str(data["input_hash"]), dict(data["outputs"]), float(data["seconds"]),
+                   str(data["finished"]), dict(data.get("inputs") or {}), dict(data.get("info") or {}))
+
+
+class StageStore:
+    """The markers of one run folder (``root``), kept in ``root/stages``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.folder = self.root / "stages"
+
+    def marker_path(self, stage: str) -> Path:
+        return self.folder / f"{stage}.json"
+
+    def started_path(self, stage: str) -> Path:
+        return self.folder / f"{stage}.started.json"
+
+    def read(self, stage: str) -> Marker | None:
+        """The stage's marker, or None if there is none or it cannot be read."""
+        try:
+            return Marker.from_dict(json.loads(self.marker_path(stage).read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def check(self, stage: str, input_hash: str) -> tuple[Marker | None, str]:
+        """``(marker, "")`` if the stage can be reused, else ``(None, why it reruns)``."""
+        marker = self.read(stage)
+        if marker is None:
+            return None, "not done yet" if not self.marker_path(stage).exists() else "its marker is unreadable"
+        if marker.input_hash != input_hash:
+            return None, "its inputs changed"
+        problem = outputs_intact(marker.outputs, self.root)
+        if problem:
+            return None, f"an output changed ({problem})"
+        return marker, ""
+
+    def start(self, stage: str, input_hash: str) -> bool:
+        """Record that ``stage`` starts with ``input_hash``; True if an interrupted attempt had the same
+        inputs (its partial work, e.g. ``last.pt``, may be resumed)."""
+        same = False
+        try:
+            same = json.loads(self.started_path(stage).read_text(encoding="utf-8")).get("input_hash") == input_hash
+        except (OSError, ValueError, AttributeError):
+            pass
+        self.marker_path(stage).unlink(missing_ok=True)
+        atomic_write_json(self.started_path(stage), {"stage": stage, "input_hash": input_hash, "started": now()})
+        return same
+
+    def finish(self, stage: str, input_hash: str, outputs: Iterable[str | Path], seconds: float,
+               inputs: dict[str, Any] | None = None, info: dict[str, Any] | None = None) -> Marker:
+        marker = Marker(stage, input_hash, describe_files(outputs, self.root), round(seconds, 2), now(),
+                        inputs or {}, info or {})
+        atomic_write_json(self.marker_path(stage), marker.to_dict())
+        return marker
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+__all__ = ["Marker", "StageStore", "describe_files", "files_under", "hash_json", "outputs_intact", "sha256_file"]
