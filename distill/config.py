@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tinyglot.config import replace, validate_positive
+from tinyglot.config import named_preset, validate_positive
 from tinyglot.trainloop import TrainSettings
 from tinyglot.errors import TinyglotError
 
@@ -95,11 +95,7 @@ PRESETS = {
 
 
 def get_preset(name: str, overrides: dict | None = None) -> DistillPreset:
-    if name not in PRESETS:
-        raise TinyglotError(f"unknown student preset {name!r}", f"choose one of: {', '.join(PRESETS)}")
-    preset = PRESETS[name]()
-    if overrides:
-        preset = replace(preset, overrides)
+    preset = named_preset(PRESETS, name, overrides, "student")
     preset.student.validate()
     preset.train.validate()
     return preset

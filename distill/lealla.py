@@ -4,7 +4,6 @@ embeddings (feature distillation) and similarity matrices (logit distillation)."
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,7 +21,7 @@ from tinyglot.models import TorchEncoder
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
 from tinyglot.training import (load_checkpoint, prepare_run_dir, run_tokenizer, seed_everything,
-                               select_device)
+                               single_process_device)
 
 from .cache import teacher_embeddings
 from .config import DistillPreset
@@ -60,11 +59,7 @@ class LealLATrainer:
         self.preset, self.preset_name, self.out = preset, preset_name, Path(out_dir)
         self.resume, self.progress, self.teacher = resume, progress, teacher
         tc = preset.train
-        if tc.threads:
-            torch.set_num_threads(tc.threads)
-        self.device = select_device(tc.device)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise TinyglotError("LEALLA distillation runs in one process", "run it without torchrun")
+        self.device = single_process_device(tc, "LEALLA distillation")
         if isinstance(getattr(teacher, "dim", None), int):  # before the (long) teacher pass
             check_dimensions(preset.student.hidden_size, teacher.dim)
         prepare_run_dir(self.out, resume, "distillation run")

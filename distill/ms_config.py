@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from tinyglot.config import replace, validate_positive
+from tinyglot.config import named_preset, validate_positive
 from tinyglot.errors import TinyglotError
 from tinyglot.trainloop import TrainSettings
 
@@ -189,11 +189,7 @@ PRESETS = {"ms-small": _small, "ms-paper": _paper, "ms-tiny": _tiny}
 
 
 def get_preset(name: str, overrides: dict | None = None) -> MSPreset:
-    if name not in PRESETS:
-        raise TinyglotError(f"unknown multi-stage student preset {name!r}", f"choose one of: {', '.join(PRESETS)}")
-    preset = PRESETS[name]()
-    if overrides:
-        preset = replace(preset, overrides)
+    preset = named_preset(PRESETS, name, overrides, "multi-stage student")
     preset.student.validate()
     preset.loss.validate()
     for stage in (1, 2, 3, 4):

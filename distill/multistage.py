@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from tinyglot.io import atomic_folder, atomic_write_json, atomic_write_text
 from tinyglot.models import TorchEncoder, mean_pool, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
-from tinyglot.training import load_checkpoint, prepare_run_dir, seed_everything, select_device
+from tinyglot.training import load_checkpoint, prepare_run_dir, seed_everything, select_device, single_process_device
 
 from .cache import teacher_embeddings
 from .losses import cosine_matrix, logit_distillation
@@ -385,11 +384,7 @@ class MultiStageTrainer:
         self.preset, self.preset_name, self.out = preset, preset_name, Path(out_dir)
         self.progress, self.say, self.teacher = progress, say, teacher
         tc = preset.train
-        if tc.threads:
-            torch.set_num_threads(tc.threads)
-        self.device = select_device(tc.device)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise TinyglotError("multi-stage distillation runs in one process", "run it without torchrun")
+        self.device = single_process_device(tc, "multi-stage distillation")
         self.assistant_path = Path(assistant).resolve()
         first, self.tokenizer, acfg, self.assistant_identity = load_assistant(self.assistant_path)
         bc = first.encoder.config

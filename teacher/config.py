@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tinyglot.config import replace, validate_positive
+from tinyglot.config import named_preset, validate_positive
 from tinyglot.trainloop import TrainSettings
 from tinyglot.errors import TinyglotError
 
@@ -100,11 +100,7 @@ PRESETS = {"ems-paper": _paper, "ems-small": _small, "ems-tiny": _tiny}
 
 def get_preset(name: str, overrides: dict | None = None) -> EMSPreset:
     """A named preset with optional ``{"model": {...}, "train": {...}}`` overrides."""
-    if name not in PRESETS:
-        raise TinyglotError(f"unknown teacher preset {name!r}", f"choose one of: {', '.join(PRESETS)}")
-    preset = PRESETS[name]()
-    if overrides:
-        preset = replace(preset, overrides)
+    preset = named_preset(PRESETS, name, overrides, "teacher")
     preset.model.validate()
     preset.train.validate()
     return preset

@@ -6,7 +6,7 @@ import dataclasses
 import tomllib
 from pathlib import Path
 from types import UnionType
-from typing import Any, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from tinyglot.errors import TinyglotError
 
@@ -111,3 +111,12 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     """Rebuild a (possibly nested) dataclass from :func:`to_dict` output."""
     return replace(cls(), data)
+
+
+def named_preset(presets: Mapping[str, Callable[[], T]], name: str, overrides: Mapping[str, Any] | None,
+                 what: str) -> T:
+    """A fresh copy of the preset ``name`` with ``overrides`` applied; unknown names list the known ones."""
+    if name not in presets:
+        raise TinyglotError(f"unknown {what} preset {name!r}", f"choose one of: {', '.join(presets)}")
+    preset = presets[name]()
+    return replace(preset, overrides) if overrides else preset

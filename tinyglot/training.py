@@ -23,6 +23,15 @@ from tinyglot.io import atomic_path
 
 
 # ------------------------------------------------------------------ devices and precision
+def single_process_device(settings: Any, what: str) -> torch.device:
+    """Apply ``settings.threads`` and pick ``settings.device`` for a recipe that runs in one process."""
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise TinyglotError(f"{what} runs in one process", "run it without torchrun")
+    return select_device(settings.device)
+
+
 def select_device(name: str = "auto") -> torch.device:
     """``auto`` picks CUDA, then Apple MPS, then CPU; an explicit name must be available."""
     if name == "auto":
