@@ -15,8 +15,10 @@ mode          how
               per batch at run time); presets :meth:`QuantizationConfig.avx2`,
               :meth:`~QuantizationConfig.avx512_vnni`, :meth:`~QuantizationConfig.arm64`
 ``static``    ``quantize_static`` (QDQ, int8 weights and activations) calibrated on
-              tokenised corpus sentences (the embedded corpus by default); it quantizes the
-              unfused graph because the static quantizer leaves fused Attention in fp32
+              tokenised corpus sentences (the embedded corpus by default), on the fused graph:
+              fused Attention stays fp32.  Quantizing the unfused graph (attention scores and
+              softmax in int8 too) drifts too far on deep students: measured on a trained
+              24-layer lealla-small, mean cosine 0.898 and -17 P@1 unfused, 0.9999 fused
 ``fp16``      ``onnxruntime.transformers.float16`` (fp16 weights, fp32 inputs/outputs);
               halves the file, not faster on x86 CPUs
 ============  ==========================================================================
@@ -548,9 +550,7 @@ def export_onnx(
         tmp = Path(tmp)
         say(f"exporting {model_path} ({scfg.get('kind')}) to ONNX (opset {opset})")
         raw = export_module(factory(source), tmp / "raw.onnx", vocab, max_len, opset)
-        # static int8: the QDQ quantizer leaves fused Attention in fp32, so it gets the unfused graph
-        method = "ort" if qcfg.mode == "static" and optimize == "transformers" else optimize
-        applied = optimize_graph(raw, tmp / "opt.onnx", method, heads, hidden)
+        applied = optimize_graph(raw, tmp / "opt.onnx", optimize, heads, hidden)
         fp32_bytes = (tmp / "opt.onnx").stat().st_size
         if qcfg.mode != "none":
             say(f"quantizing: {qcfg.label} ({qcfg.mode})")
