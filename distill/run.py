@@ -68,14 +68,16 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def write_report(out: Path, results: list[BitextResult], info: dict) -> dict:
-    """``report.json`` and ``report.md``: P@1 per language for each model, sizes, times."""
+def write_report(out: Path, results: list[BitextResult], info: dict, reference: str = "teacher") -> dict:
+    """``report.json`` and ``report.md``: P@1 per language for each model, sizes, times; retention
+    is the student's P@1 over the ``reference`` model's (the teacher, or a multi-stage assistant)."""
     by_name = {r.model: r for r in results}
-    student, teacher = by_name.get("student"), by_name.get("teacher")
+    student, ref = by_name.get("student"), by_name.get(reference)
     retention = None
-    if student and teacher and teacher.primary_metric > 0:
-        retention = student.primary_metric / teacher.primary_metric
-    report = {**info, "retention": retention, "results": [r.to_dict() for r in results]}
+    if student and ref and ref.primary_metric > 0:
+        retention = student.primary_metric / ref.primary_metric
+    report = {**info, "retention": retention, "retention_reference": reference,
+              "results": [r.to_dict() for r in results]}
     atomic_write_json(out / "report.json", report)
     langs = [row.lang for row in results[0].rows]
     lines = [f"# Distillation report: {info.get('preset')}", "",
@@ -85,7 +87,7 @@ def write_report(out: Path, results: list[BitextResult], info: dict) -> dict:
     for i, lang in enumerate(langs):
         lines.append(f"| {lang} | " + " | ".join(f"{100 * r.rows[i].mean:.1f}" for r in results) + " |")
     lines.append("| **average** | " + " | ".join(f"**{100 * r.primary_metric:.1f}**" for r in results) + " |")
-    lines += ["", "Retention (student / teacher average P@1): "
+    lines += ["", f"Retention (student / {reference} average P@1): "
               + ("n/a" if retention is None else f"{100 * retention:.1f} %"), "",
               "| | value |", "|---|---|"]
     for key in ("teacher", "student_dim", "teacher_dim", "student_parameters", "student_bytes",
