@@ -17,7 +17,7 @@ def int_list(text: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from tinyglot.cli import make_console
     from rich.markup import escape
     from rich.table import Table
 
@@ -28,7 +28,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not args.bundle:
         raise TinyglotError("no bundle to benchmark", "pass --bundle PATH (repeat it for more), or use "
                                                       "`tinyglot bench report` / `tinyglot bench devices`")
-    console = Console(highlight=False)
+    console = make_console()
     run = run_bench(args.bundle, args.device, threads=args.threads, batch=args.batch, seq=args.seq,
                     min_queries=args.min_queries, min_seconds=args.min_seconds, warmup=args.warmup,
                     db_path=args.db, progress=True, warmup_seconds=args.warmup_seconds,
@@ -54,12 +54,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from tinyglot.cli import make_console
     from rich.markup import escape
 
     from .report import build_report
 
-    console = Console(highlight=False)
+    console = make_console()
     report = build_report(args.db, args.out, devices=args.device, p1_from=args.p1_from,
                           eval_pairs=args.eval_pairs, say=lambda m: console.print(escape(m)))
     console.print(escape(f"wrote {report.markdown}"), soft_wrap=True)
@@ -69,13 +69,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from tinyglot.cli import make_console
     from rich.markup import escape
     from rich.table import Table
 
     from .profiles import detect_host, list_profiles, load_profile
 
-    console = Console(highlight=False)
+    console = make_console()
     table = Table(title="device profiles (--device NAME, a .toml file, ssh://user@host[:port] or adb[://SERIAL])")
     table.add_column("name", no_wrap=True, min_width=15)
     for col in ("kind", "threads", "runtimes", "int8 preset", "description"):

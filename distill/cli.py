@@ -27,12 +27,12 @@ def student_preset(recipe: str, student: str | None) -> str:
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from tinyglot.cli import make_console
     from rich.markup import escape
 
     from tinyglot.cli import config_overrides
 
-    console = Console()
+    console = make_console()
     say = lambda msg: console.print(escape(msg))  # noqa: E731
     if args.recipe != "multistage" and (args.assistant or args.stages):
         raise TinyglotError("--assistant and --stages belong to --recipe multistage",

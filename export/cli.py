@@ -28,7 +28,7 @@ def default_out(model: Path, fmt: str, quantize: str) -> Path:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from tinyglot.cli import make_console
     from rich.markup import escape
     from rich.table import Table
 
@@ -40,7 +40,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise TinyglotError(f"--threads must be >= 1, got {args.threads}")
     if args.max_sentences < 1:
         raise TinyglotError(f"--max-sentences must be >= 1, got {args.max_sentences}")
-    console = Console(highlight=False)
+    console = make_console()
     say = lambda msg: console.print(escape(msg))  # noqa: E731
     allowed = QUANTIZE_BY_FORMAT[args.format]
     if args.quantize not in allowed:

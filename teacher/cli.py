@@ -11,7 +11,7 @@ from .config import PRESETS
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from tinyglot.cli import make_console
 
     from tinyglot.cli import config_overrides
     from tinyglot.config import to_dict
@@ -21,19 +21,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     preset = get_preset(args.preset, config_overrides(args))
     if args.print_config:
-        Console().print_json(json.dumps(to_dict(preset)))
+        make_console().print_json(json.dumps(to_dict(preset)))
     result = train_teacher(preset, args.out, data=args.data, tokenizer=args.tokenizer,
                            preset_name=args.preset, resume=args.resume, progress=not args.no_progress)
     if os.environ.get("RANK", "0") != "0":
         return 0
     best = "n/a" if result.best_dev_p1 is None else f"{100 * result.best_dev_p1:.1f}"
-    Console().print(f"trained {result.steps} steps in {result.seconds:.0f}s; best dev P@1 {best}; "
+    make_console().print(f"trained {result.steps} steps in {result.seconds:.0f}s; best dev P@1 {best}; "
                     f"teacher in {result.out_dir} (evaluate: tinyglot teacher eval --model {result.out_dir})")
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from tinyglot.cli import make_console
 
     from tinyglot.cli import load_encoder_arg
     from tinyglot.data.embedded import load_testset
@@ -51,7 +51,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         evaluate_bitext(load_encoder_arg("tfidf"), testset, margin=args.margin, model_name="tfidf",
                         testset_name=name),
     ]
-    console = Console()
+    console = make_console()
     console.print(compare(results))
     out = args.json or Path(args.model) / "eval.json"
     atomic_write_json(out, {"results": [r.to_dict() for r in results]})

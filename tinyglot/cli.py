@@ -18,10 +18,15 @@ EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
-def _console(stderr: bool = False):
+def make_console(stderr: bool = False):
+    """The rich console of every command; wide when the output is a file or a pipe (logs, CI), so
+    tables are not cut to 80 columns."""
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 200)
 
 
 # ------------------------------------------------------------------ shared options
@@ -57,7 +62,7 @@ def load_encoder_arg(spec: str, device: str = "cpu"):
 
 
 def print_and_save_result(result, json_path: Path | None) -> None:
-    console = _console()
+    console = make_console()
     console.print(result.to_table())
     if json_path is not None:
         result.write_json(json_path)
@@ -79,7 +84,7 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     table.add_column("pairs", justify="right")
     for lang, n in sorted(counts.items(), key=lambda kv: -kv[1]):
         table.add_row(lang, f"{n:,}")
-    _console().print(table)
+    make_console().print(table)
     return 0
 
 
@@ -98,7 +103,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
     out = Path(args.out)
     write_jsonl(out / "train.jsonl.gz", train)
     write_jsonl(out / "dev.jsonl.gz", dev)
-    _console().print(f"cleaning: {stats.summary()}\nwrote {len(train):,} train and {len(dev):,} dev pairs to {out}")
+    make_console().print(f"cleaning: {stats.summary()}\nwrote {len(train):,} train and {len(dev):,} dev pairs to {out}")
     return 0
 
 
@@ -112,7 +117,7 @@ def cmd_data_vocab(args: argparse.Namespace) -> int:
     tok = Tokenizer.train(sentences, langs, vocab_size=args.vocab_size, model_type=args.model_type,
                           lowercase=not args.keep_case, max_sentences=args.max_sentences, seed=args.seed)
     tok.save(args.out)
-    _console().print(f"wrote {args.out}: {tok.vocab_size} pieces, language tokens for {', '.join(tok.languages)}")
+    make_console().print(f"wrote {args.out}: {tok.vocab_size} pieces, language tokens for {', '.join(tok.languages)}")
     return 0
 
 
@@ -121,7 +126,7 @@ def cmd_data_build_embedded(args: argparse.Namespace) -> int:
 
     hashes = build_embedded(args.shared, args.out)
     for name, digest in hashes.items():
-        _console().print(f"{name}  sha256 {digest}")
+        make_console().print(f"{name}  sha256 {digest}")
     return 0
 
 
@@ -139,7 +144,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise TinyglotError("--task sts needs --data FILE", "pass a sentence1<TAB>sentence2<TAB>score file")
         result = evaluate_sts(encoder, args.data, batch_size=args.batch_size)
         rho = "undefined (constant scores)" if result["spearman"] is None else f"{100 * result['spearman']:.1f}"
-        _console().print(f"STS Spearman rho on {args.data} ({result['pairs']} pairs): {rho}")
+        make_console().print(f"STS Spearman rho on {args.data} ({result['pairs']} pairs): {rho}")
         if args.json:
             atomic_write_json(args.json, result)
         return 0
@@ -241,10 +246,10 @@ def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.Argume
     except TinyglotError as exc:
         from rich.markup import escape
 
-        _console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        make_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        _console(stderr=True).print("interrupted: checkpoints are intact; rerun with --resume to continue")
+        make_console(stderr=True).print("interrupted: checkpoints are intact; rerun with --resume to continue")
         return EXIT_INTERRUPTED
 
 
