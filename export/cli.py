@@ -136,7 +136,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tflite: sequence-length buckets, e.g. 16,32,64,128 (clipped to the model's max_len, "
                         "which is always the largest)")
     p.add_argument("--batch-sizes", default=None,
-                   help="tflite: the batch of each signature, e.g. 1,8,32 (one signature per batch x bucket)")
+                   help="tflite: the batch of each signature (one signature per batch x bucket); default 1, add 8,32 for batched serving")
     p.add_argument("--prune-vocab", action="store_true",
                    help="first cut the student's vocabulary to the pieces of --languages (or --corpus), "
                         "then export the pruned student")
