@@ -269,7 +269,7 @@ def plot_pareto(rows: Sequence[dict], p1: dict[str, tuple[float | None, str]], p
                         cmap="viridis", alpha=0.8, edgecolors="black")
         fig.colorbar(sc, ax=ax, label="model file, MB")
         front = pareto_front(list(zip(xs, ys)))
-        ax.plot([xs[i] for i in front], [ys[i] for i in front], color="crimson", linewidth=1, label="Pareto front")
+        ax.plot([xs[i] for i in front], [ys[i] for i in front], color="crimson", linewidth=1, marker="*", markersize=12, label="Pareto front")
         for (r, v), x in zip(pts, xs):
             ax.annotate(f"{_series_label(r)}\n{_size(r['file_bytes'])}", (x, v), fontsize=7,
                         textcoords="offset points", xytext=(6, 4))
