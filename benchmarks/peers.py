@@ -45,13 +45,9 @@ def _rss(field: str) -> int | None:
     return None
 
 
-def _folder_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
-
-
 def _torch_bytes(encoder, folder: Path) -> int:
     """Inference weights of a tinyglot torch model (the encoder only, no training heads) + tokenizer."""
-    module = getattr(getattr(encoder, "_embed", None), "__self__", None)
+    module = encoder.module
     params = module.encoder.parameters() if hasattr(module, "encoder") else module.parameters()
     tok = next(iter(folder.glob("tokenizer.model")), None)
     return sum(p.numel() * p.element_size() for p in params) + (tok.stat().st_size if tok else 0)
@@ -66,12 +62,13 @@ def load_model(kind: str, spec: str, threads: int):
         return enc, enc.size_bytes()
     import torch
 
+    from tinyglot.io import folder_bytes
     from tinyglot.models import load_encoder
 
     torch.set_num_threads(threads)
     folder = Path(spec)
     enc = load_encoder(folder, **({"threads": threads} if kind in ("onnx", "tflite") else {}))
-    size = _torch_bytes(enc, folder) if kind in ("torch", "teacher") else _folder_bytes(folder)
+    size = _torch_bytes(enc, folder) if kind in ("torch", "teacher") else folder_bytes(folder)
     return enc, size
 
 

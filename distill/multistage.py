@@ -44,8 +44,8 @@ from tinyglot.data import Pair
 from tinyglot.encoder import Encoder
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
-from tinyglot.io import atomic_folder, atomic_write_json, atomic_write_text
-from tinyglot.models import TorchEncoder, mean_pool, read_model_config
+from tinyglot.io import atomic_folder, atomic_write_json, atomic_write_text, folder_bytes
+from tinyglot.models import TorchEncoder, load_folder_tokenizer, mean_pool, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
 from tinyglot.training import load_checkpoint, prepare_run_dir, seed_everything, select_device, single_process_device
@@ -258,10 +258,8 @@ def load_ms_model(path: str | Path) -> tuple[MSModel, Tokenizer, dict]:
     if cfg.get("kind") not in (KIND_STUDENT, KIND_ASSISTANT):
         raise CheckpointError(f"{path} is not a multi-stage student or assistant (kind={cfg.get('kind')!r})",
                               "pass a folder written by `tinyglot distill --recipe multistage`")
-    tokenizer = Tokenizer.load(path / cfg["tokenizer"])
-    if cfg.get("tokenizer_sha256") not in (None, tokenizer.sha256):
-        raise CheckpointError(f"{path}/tokenizer.model does not match the model's config",
-                              "copy the tokenizer.model the model was trained with")
+    tokenizer = load_folder_tokenizer(path, cfg["tokenizer"], cfg.get("tokenizer_sha256"), "model", "trained",
+                                      CheckpointError)
     try:
         encoder = AutoModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
         heads = load_file(str(path / HEADS_FILE))
@@ -738,7 +736,7 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
     from tinyglot.data.embedded import load_pairs, load_testset
 
     from .ms_config import get_preset
-    from .run import ensure_default_teacher, folder_bytes, resolve_spec, tinyglot_home
+    from .run import ensure_default_teacher, resolve_spec, tinyglot_home
     from .teachers import load_teacher_encoder
 
     started = time.time()

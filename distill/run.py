@@ -9,7 +9,7 @@ from pathlib import Path
 from tinyglot.data.embedded import load_pairs, load_testset
 from tinyglot.errors import TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
-from tinyglot.io import atomic_write_json, atomic_write_text
+from tinyglot.io import atomic_write_json, atomic_write_text, folder_bytes
 from tinyglot.models import read_model_config
 from tinyglot.tokenizer import Tokenizer
 
@@ -62,10 +62,6 @@ def teacher_tokenizer(spec: str) -> Tokenizer | None:
     """A tinyglot teacher's own vocabulary (the student reuses it); None for other teachers."""
     path = Path(spec)
     return Tokenizer.load(path / "tokenizer.model") if (path / "tokenizer.model").is_file() else None
-
-
-def folder_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def write_report(out: Path, results: list[BitextResult], info: dict, reference: str = "teacher") -> dict:
@@ -124,23 +120,32 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
     return write_report(out, results, info)
 
 
+def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out: Path,
+                   cache_dir: str | Path | None = None, vocab_size: int = 8000, resume: bool = False,
+                   progress: bool = True):
+    """A ``LealLATrainer`` from the teacher ``teacher_spec`` (its vocabulary reused when it is a tinyglot
+    model), teacher embeddings cached in ``cache_dir`` (default ``$TINYGLOT_HOME/teacher-cache``)."""
+    from .lealla import LealLATrainer
+    from .teachers import load_teacher_encoder
+
+    teacher = load_teacher_encoder(teacher_spec)
+    return LealLATrainer(preset, out, pairs, teacher, teacher.identity(), teacher_tokenizer(teacher_spec),
+                         preset_name, cache_dir or tinyglot_home() / "teacher-cache", vocab_size, resume, progress)
+
+
 def run_distill(student: str = "lealla-small", teacher: str | None = None, data: str | Path | None = None,
                 out: str | Path | None = None, overrides: dict | None = None, resume: bool = False,
                 progress: bool = True, cache_dir: str | Path | None = None, test_data: str | Path | None = None,
                 vocab_size: int = 8000, say=print) -> dict:
     """Distill ``teacher`` (default: the cached ems-small teacher) into a ``student`` preset."""
-    from .lealla import LealLATrainer
-    from .teachers import load_teacher_encoder
-
     started = time.time()
     preset = get_preset(student, overrides)
     teacher_spec = resolve_spec(teacher) if teacher else str(ensure_default_teacher(say, progress))
-    teacher_enc = load_teacher_encoder(teacher_spec)
     out = Path(out or Path("runs") / "distill" / student)
     say(f"distill: {student} from {teacher_spec} -> {out}")
-    trainer = LealLATrainer(preset, out, load_pairs(data), teacher_enc, teacher_enc.identity(),
-                            teacher_tokenizer(teacher_spec), student,
-                            cache_dir or tinyglot_home() / "teacher-cache", vocab_size, resume, progress)
+    trainer = lealla_trainer(preset, student, teacher_spec, load_pairs(data), out, cache_dir, vocab_size, resume,
+                             progress)
+    teacher_enc = trainer.teacher
     result = trainer.train()
     from .student import load_student
 

@@ -12,7 +12,7 @@ from transformers import BertModel
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_folder, atomic_write_json
-from tinyglot.models import TorchEncoder, bert_config, mean_pool, read_model_config
+from tinyglot.models import TorchEncoder, bert_config, load_folder_tokenizer, mean_pool, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
 
@@ -54,7 +54,7 @@ def teacher_input_embeddings(teacher, tokenizer: Tokenizer) -> dict[str, torch.T
     """The teacher's token, position and type embedding tables, when the teacher is a tinyglot
     torch model (an EMS run or a student) whose vocabulary is ``tokenizer``; else None."""
     inner = getattr(teacher, "inner", teacher)
-    module = getattr(getattr(inner, "_embed", None), "__self__", None)
+    module = getattr(inner, "module", None)
     embeddings = getattr(getattr(module, "encoder", None), "embeddings", None)
     own = getattr(inner, "tokenizer", None)
     if embeddings is None or own is None or getattr(own, "sha256", None) != tokenizer.sha256:
@@ -108,10 +108,8 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
     if cfg.get("kind") != KIND:
         raise CheckpointError(f"{path} is not a tinyglot student (kind={cfg.get('kind')!r})",
                               "pass the student folder written by `tinyglot distill`")
-    tokenizer = Tokenizer.load(path / cfg["tokenizer"])
-    if cfg.get("tokenizer_sha256") not in (None, tokenizer.sha256):
-        raise CheckpointError(f"{path}/tokenizer.model does not match the student's config",
-                              "copy the tokenizer.model the student was trained with")
+    tokenizer = load_folder_tokenizer(path, cfg["tokenizer"], cfg.get("tokenizer_sha256"), "student", "trained",
+                                      CheckpointError)
     scfg = from_dict(StudentConfig, cfg["student"])
     if scfg.vocab_size != tokenizer.vocab_size:
         raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces, the student expects {scfg.vocab_size}",

@@ -485,14 +485,12 @@ class OnnxEncoder:
 
 def load_onnx_bundle(path: str | Path, threads: int = 1, device: str = "cpu", **_: Any) -> OnnxEncoder:
     """The loader named in an ONNX bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
-    from tinyglot.tokenizer import Tokenizer
+    from tinyglot.models import load_folder_tokenizer
 
     path = Path(path)
     cfg = read_bundle(path, FORMAT)
-    tokenizer = Tokenizer.load(path / cfg.get("tokenizer", TOKENIZER))
-    if cfg.get("tokenizer_sha256") not in (None, tokenizer.sha256):
-        raise TinyglotError(f"{path}/tokenizer.model does not match the bundle's config",
-                            "copy the tokenizer.model the bundle was exported with")
+    tokenizer = load_folder_tokenizer(path, cfg.get("tokenizer", TOKENIZER), cfg.get("tokenizer_sha256"), "bundle",
+                                      "exported")
     q = cfg.get("quantization", {}).get("name") or cfg.get("quantization", {}).get("mode", "")
     return OnnxEncoder(path / cfg["files"][0], tokenizer, cfg["max_len"], threads=threads, device=device,
                        name=f"onnx{'-' + q if q and q != 'none' else ''} ({path.name})")

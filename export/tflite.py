@@ -395,14 +395,12 @@ class TFLiteEncoder:
 
 def load_tflite_bundle(path: str | Path, threads: int = 1, **_: Any) -> TFLiteEncoder:
     """The loader named in a TFLite bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
-    from tinyglot.tokenizer import Tokenizer
+    from tinyglot.models import load_folder_tokenizer
 
     path = Path(path)
     cfg = read_bundle(path, FORMAT)
-    tokenizer = Tokenizer.load(path / cfg.get("tokenizer", TOKENIZER))
-    if cfg.get("tokenizer_sha256") not in (None, tokenizer.sha256):
-        raise TinyglotError(f"{path}/tokenizer.model does not match the bundle's config",
-                            "copy the tokenizer.model the bundle was exported with")
+    tokenizer = load_folder_tokenizer(path, cfg.get("tokenizer", TOKENIZER), cfg.get("tokenizer_sha256"), "bundle",
+                                      "exported")
     q = cfg.get("quantization", {}).get("mode", "")
     return TFLiteEncoder(path / cfg["files"][0], tokenizer, cfg["max_len"], threads=threads,
                          name=f"tflite{'-' + q if q and q != 'none' else ''} ({path.name})")

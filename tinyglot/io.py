@@ -69,3 +69,11 @@ def atomic_folder(out: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def folder_bytes(path: str | Path) -> int:
+    """Bytes of every file under ``path`` (or of ``path`` itself when it is a file)."""
+    path = Path(path)
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

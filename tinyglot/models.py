@@ -51,6 +51,11 @@ class TorchEncoder:
         self.device = device or torch.device("cpu")
         self.name = name
 
+    @property
+    def module(self):
+        """The torch module whose bound ``embed`` method this encoder calls (None for a plain function)."""
+        return getattr(self._embed, "__self__", None)
+
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         import torch
 
@@ -79,6 +84,19 @@ def read_model_config(path: str | Path) -> dict:
         return json.loads(cfg_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise TinyglotError(f"{cfg_path} is not valid JSON ({exc})", "re-create the model folder") from None
+
+
+def load_folder_tokenizer(path: str | Path, name: str, expected_sha256: str | None, owner: str, made: str,
+                          error: type[TinyglotError] = TinyglotError):
+    """The tokenizer file ``name`` of a model folder, checked against the sha256 its config recorded
+    (None: not recorded); ``owner``/``made`` word the error ("student", "trained")."""
+    from tinyglot.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(Path(path) / name)
+    if expected_sha256 not in (None, tokenizer.sha256):
+        raise error(f"{path}/tokenizer.model does not match the {owner}'s config",
+                    f"copy the tokenizer.model the {owner} was {made} with")
+    return tokenizer
 
 
 def load_encoder(path: str | Path, **kwargs) -> Encoder:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .encoder import l2_normalize
 from .errors import TinyglotError
+from .io import folder_bytes
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class PeerEncoder:
 
     def size_bytes(self) -> int:
         """Bytes of the package folder (weights, vocabulary, code) as installed."""
-        return sum(f.stat().st_size for f in self.files.rglob("*") if f.is_file())
+        return folder_bytes(self.files)
 
 
 def use_m(threads: int = 1) -> PeerEncoder:

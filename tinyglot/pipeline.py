@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping, Sequence, get_args, get_origin, get_t
 
 from tinyglot.config import parse_sets, read_toml, replace, to_dict, validate_positive
 from tinyglot.errors import TinyglotError
-from tinyglot.io import atomic_write_json, atomic_write_text
+from tinyglot.io import atomic_write_json, atomic_write_text, folder_bytes
 from tinyglot.stagecache import Marker, StageStore, hash_json
 
 DEFAULT_OUT = Path("runs/pipeline")
@@ -541,9 +541,7 @@ def distill_inputs(ctx: RunContext) -> dict[str, Any]:
 
 def run_distill(ctx: RunContext) -> StageOutput:
     from tinyglot.distill.config import get_preset
-    from tinyglot.distill.lealla import LealLATrainer
-    from tinyglot.distill.run import folder_bytes, teacher_tokenizer, tinyglot_home
-    from tinyglot.distill.teachers import load_teacher_encoder
+    from tinyglot.distill.run import lealla_trainer
     from tinyglot.models import read_model_config
 
     d = ctx.cfg.distill
@@ -552,12 +550,10 @@ def run_distill(ctx: RunContext) -> StageOutput:
     if not resumed:
         shutil.rmtree(out, ignore_errors=True)
     spec = ctx.teacher_spec()
-    teacher = load_teacher_encoder(spec)
     ctx.say(f"distill: {'resuming the interrupted run from its last.pt: ' if resumed else ''}{d.student} "
             f"from {spec}, {d.max_steps} steps on {len(ctx.train_pairs()):,} pairs -> {out}")
-    trainer = LealLATrainer(get_preset(d.student, ctx.cfg.distill_overrides()), out, ctx.train_pairs(), teacher,
-                            teacher.identity(), teacher_tokenizer(spec), d.student,
-                            tinyglot_home() / "teacher-cache", d.vocab_size, resumed, ctx.progress)
+    trainer = lealla_trainer(get_preset(d.student, ctx.cfg.distill_overrides()), d.student, spec, ctx.train_pairs(),
+                             out, vocab_size=d.vocab_size, resume=resumed, progress=ctx.progress)
     result = trainer.train()
     cfg = read_model_config(result.student_dir)
     summary = {"student": d.student, "teacher": spec, "teacher_dim": trainer.teacher_dim, "dim": cfg["dim"],
