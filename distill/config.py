@@ -49,6 +49,22 @@ class LossConfig:
     margin: float = 0.3  # additive margin of the AMS loss (LaBSE)
     scale: float = 20.0  # AMS logits are scale * cos (cosines alone give a too-flat softmax)
     ld_temperature: float = 100.0
+    # How f (student -> teacher dim, used by L_fd) starts: "least-squares" fits it to the teacher's
+    # embeddings of the first pairs before step 1; "random" is the paper's. With beta = 1e3 a random f
+    # makes L_fd ~500x L_ams at the start and pulls a teacher-pca student away from its initialisation.
+    fd_init: str = "least-squares"
+    # beta grows linearly from 0 to its value over the first fd_warmup_steps steps (0: constant, the
+    # paper's). Short runs need it: gradients are clipped to norm 1, so while beta * L_fd is ~40x
+    # L_ams the update direction is almost all L_fd and the AMS objective barely moves.
+    fd_warmup_steps: int = 0
+
+    FD_INITS = ("least-squares", "random")
+
+    def validate(self) -> None:
+        if self.fd_warmup_steps < 0:
+            raise TinyglotError(f"loss.fd_warmup_steps must be >= 0, got {self.fd_warmup_steps}")
+        if self.fd_init not in self.FD_INITS:
+            raise TinyglotError(f"unknown loss.fd_init {self.fd_init!r}", f"choose one of: {', '.join(self.FD_INITS)}")
 
 
 @dataclass
@@ -56,8 +72,18 @@ class DistillTrainConfig(TrainSettings):
     """LEALLA settings; lr 5e-4 is lealla.md App. B's for hidden sizes <= 256."""
 
     teacher_batch_size: int = 64
+    # Recompute activations in the backward pass (gradient checkpointing) for batches with more than
+    # this many tokens (sentences x padded length, both sides); 0 = never. Results are the same; the
+    # longest batches (128 sentences x 120 tokens) otherwise need ~8 GB for lealla-small's 24 layers.
+    checkpoint_above_tokens: int = 6144
 
     POSITIVE = (*TrainSettings.POSITIVE, "teacher_batch_size")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.checkpoint_above_tokens < 0:
+            raise TinyglotError(f"train.checkpoint_above_tokens must be >= 0, got {self.checkpoint_above_tokens}",
+                                "use 0 to never checkpoint")
 
 
 @dataclass
@@ -97,5 +123,6 @@ PRESETS = {
 def get_preset(name: str, overrides: dict | None = None) -> DistillPreset:
     preset = named_preset(PRESETS, name, overrides, "student")
     preset.student.validate()
+    preset.loss.validate()
     preset.train.validate()
     return preset

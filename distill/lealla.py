@@ -26,9 +26,13 @@ from tinyglot.training import (load_checkpoint, prepare_run_dir, run_tokenizer, 
 from .cache import teacher_embeddings
 from .config import DistillPreset
 from .losses import ams_loss, feature_distillation, logit_distillation
-from .student import Student, init_from_teacher_pca, save_student, teacher_input_embeddings
+from .student import Student, init_from_teacher_pca, least_squares_head, save_student, teacher_input_embeddings
 
 log = logging.getLogger("tinyglot.distill")
+
+# batches (of train.batch_size pairs, 2 sentences each) for the least-squares start of f; 16 x 64
+# pairs give 2,048 rows for lealla-small's 129 unknowns per output
+FD_FIT_BATCHES = 16
 
 
 def check_dimensions(student_dim: int, teacher_dim: int) -> None:
@@ -107,23 +111,47 @@ class LealLATrainer:
         return evaluate_bitext(self.encoder(model), self.dev, batch_size=128, model_name="student",
                                testset_name="dev")
 
-    def _micro_loss(self, model: Student, index: int) -> dict:
-        lc, mc = self.preset.loss, self.preset.student
+    def _batch(self, model: Student, index: int) -> tuple[torch.Tensor, ...]:
+        """Student embeddings (x, en) and teacher embeddings (x, en) of the plan's batch ``index``."""
         rows = self.plan.batch(index)
-        xb, eb, _ = self.plan.tensors(rows, self.tokenizer, [0] * len(self.data.langs), mc.max_len)
+        xb, eb, _ = self.plan.tensors(rows, self.tokenizer, [0] * len(self.data.langs), self.preset.student.max_len)
         t = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+        limit = self.preset.train.checkpoint_above_tokens
+        model.set_checkpointing(bool(limit) and xb.ids.size + eb.ids.size > limit)
         xs, ys = model.embed(t(xb.ids), t(xb.mask)), model.embed(t(eb.ids), t(eb.mask))
         xr = np.array([self.x_row[li][pi] for li, pi in rows])
         er = np.array([self.en_row[li][pi] for li, pi in rows])
-        xt = t(np.asarray(self.t_emb[xr], dtype=np.float32))
-        yt = t(np.asarray(self.t_emb[er], dtype=np.float32))
+        return xs, ys, t(np.asarray(self.t_emb[xr], dtype=np.float32)), t(np.asarray(self.t_emb[er], dtype=np.float32))
+
+    def fit_fd_head(self, model: Student, batches: int = FD_FIT_BATCHES) -> str:
+        """Start f at the least-squares map from the (initial) student's embeddings of both sides of
+        the first ``batches`` training batches to the teacher's embeddings of the same sentences."""
+        src, dst = [], []
+        model.eval()
+        with torch.no_grad():
+            for index in range(batches):
+                xs, ys, xt, yt = self._batch(model, index)
+                src += [xs.float(), ys.float()]
+                dst += [xt, yt]
+        model.train()
+        least_squares_head(model.fd_proj, torch.cat(src), torch.cat(dst))
+        return f"least-squares start on {sum(len(a) for a in src) // 2} pairs"
+
+    def fd_weight(self, step: int) -> float:
+        """beta at (0-based) ``step``: ramped linearly over ``loss.fd_warmup_steps``, then constant."""
+        lc = self.preset.loss
+        return lc.beta * min(1.0, (step + 1) / lc.fd_warmup_steps) if lc.fd_warmup_steps else lc.beta
+
+    def _micro_loss(self, model: Student, index: int) -> dict:
+        lc = self.preset.loss
+        xs, ys, xt, yt = self._batch(model, index)
         zero = xs.new_zeros(())
         ams = ams_loss(xs, ys, lc.margin, lc.scale) if lc.ams else zero
         fd = feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys)) if lc.fd else zero
         ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature) if lc.ld else zero
-        loss = lc.alpha * ams + lc.beta * fd + lc.gamma * ld
+        loss = lc.alpha * ams + self.fd_weight(index // self.preset.train.grad_accum) * fd + lc.gamma * ld
         parts = {k: float(v.detach()) for k, v in (("loss", loss), ("ams", ams), ("fd", fd), ("ld", ld))}
-        return {"loss": loss, "parts": parts, "pairs": len(rows)}
+        return {"loss": loss, "parts": parts, "pairs": len(xs)}
 
     def train(self, on_step: Callable[[int], None] | None = None) -> DistillResult:
         tc = self.preset.train
@@ -134,6 +162,10 @@ class LealLATrainer:
             kept = init_from_teacher_pca(model, self.init_tables)
             init = f"teacher-pca ({100 * kept:.1f} % of the token-embedding variance)"
         model.to(self.device)
+        fd_init = "random"
+        if model.fd_proj is not None and self.preset.loss.fd_init == "least-squares" and not self.resume:
+            fd_init = self.fit_fd_head(model)
+            log.info("feature-distillation head f: %s", fd_init)
         loop = TrainLoop(self.out, model, tc, self.device, self.meta(), f"distill {self.preset_name}",
                          progress=self.progress)
         if self.resume:
@@ -146,6 +178,6 @@ class LealLATrainer:
         student_dir = save_student(model.cpu(), self.tokenizer, self.out / "student", {
             "preset": self.preset_name, "teacher": self.identity, "teacher_dim": self.teacher_dim,
             "loss": to_dict(self.preset.loss), "train": to_dict(tc), "trained_steps": result.steps,
-            "best_dev_p1": result.best_dev_p1, "init": init,
+            "best_dev_p1": result.best_dev_p1, "init": init, "fd_head_init": fd_init,
         })
         return DistillResult(self.out, student_dir, result.steps, result.seconds, result.best_dev_p1)

@@ -53,6 +53,7 @@ from tinyglot.training import load_checkpoint, prepare_run_dir, seed_everything,
 from .cache import teacher_embeddings
 from .losses import cosine_matrix, logit_distillation
 from .ms_config import STAGE_NAMES, MSLossConfig, MSPreset, MSStudentConfig, MSTrainConfig
+from .student import least_squares_head
 
 log = logging.getLogger("tinyglot.distill")
 
@@ -216,17 +217,6 @@ def contrastive_loss(kind: str, t_s: torch.Tensor, s_s: torch.Tensor, s_t: torch
     if kind == "ce":
         return soft_ce_loss(t_s, s_s, s_t, temperature)
     return s_s.new_zeros(())
-
-
-def least_squares_head(head: nn.Linear, x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-4) -> None:
-    """Set ``head`` (weight and bias) to the ridge-regularised least-squares map from rows ``x`` to ``y``."""
-    x1 = torch.cat([x.double(), torch.ones(len(x), 1, dtype=torch.float64, device=x.device)], 1)
-    gram = x1.T @ x1
-    gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
-    w = torch.linalg.solve(gram, x1.T @ y.double())
-    with torch.no_grad():
-        head.weight.copy_(w[:-1].T.to(head.weight))
-        head.bias.copy_(w[-1].to(head.bias))
 
 
 # ====================================================================== folders

@@ -41,10 +41,30 @@ class Student(nn.Module):
     def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return mean_pool(self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
 
+    def set_checkpointing(self, on: bool) -> None:
+        """Gradient checkpointing of the encoder layers (only acts in training mode): less memory for
+        long batches, the same results, ~30 % more compute."""
+        if on != self.encoder.is_gradient_checkpointing:
+            if on:
+                self.encoder.gradient_checkpointing_enable({"use_reentrant": False})
+            else:
+                self.encoder.gradient_checkpointing_disable()
+
     def parameter_counts(self) -> dict[str, int]:
         emb = sum(p.numel() for p in self.encoder.embeddings.parameters())
         enc = sum(p.numel() for p in self.encoder.encoder.parameters())
         return {"embedding": emb, "encoder": enc, "total": emb + enc}
+
+
+def least_squares_head(head: nn.Linear, x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-4) -> None:
+    """Set ``head`` (weight and bias) to the ridge-regularised least-squares map from rows ``x`` to ``y``."""
+    x1 = torch.cat([x.double(), torch.ones(len(x), 1, dtype=torch.float64, device=x.device)], 1)
+    gram = x1.T @ x1
+    gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
+    w = torch.linalg.solve(gram, x1.T @ y.double())
+    with torch.no_grad():
+        head.weight.copy_(w[:-1].T.to(head.weight))
+        head.bias.copy_(w[-1].to(head.bias))
 
 
 EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")

@@ -236,11 +236,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Loggers that print import-time noise a user cannot act on: torchao (pulled in by transformers when
+# litert-torch installed it) warns that there is no triton, and registers enums with torch's pytree,
+# which logs a deprecation warning per enum.
+NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def quiet_third_party_import_noise() -> None:
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.ArgumentParser]) -> int:
     parser = parser_factory()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    quiet_third_party_import_noise()
     try:
         return int(args.func(args) or 0)
     except TinyglotError as exc:
