@@ -162,9 +162,10 @@ class LealLATrainer:
             kept = init_from_teacher_pca(model, self.init_tables)
             init = f"teacher-pca ({100 * kept:.1f} % of the token-embedding variance)"
         model.to(self.device)
-        fd_init = "random"
-        if model.fd_proj is not None and self.preset.loss.fd_init == "least-squares" and not self.resume:
-            fd_init = self.fit_fd_head(model)
+        fd_init = self.preset.loss.fd_init if model.fd_proj is not None else "none (loss.fd off)"
+        if fd_init == "least-squares":
+            resuming = self.resume and (self.out / "last.pt").exists()  # the checkpoint holds f
+            fd_init = "least-squares start (restored from last.pt)" if resuming else self.fit_fd_head(model)
             log.info("feature-distillation head f: %s", fd_init)
         loop = TrainLoop(self.out, model, tc, self.device, self.meta(), f"distill {self.preset_name}",
                          progress=self.progress)

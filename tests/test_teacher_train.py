@@ -142,3 +142,27 @@ def test_data_parallel_two_processes_match_one_process(small_corpus, tokenizer, 
     # noise in near-zero gradients flips a few signs; the losses still follow the same path.
     l1, l2 = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert np.allclose(l1, l2, rtol=1e-2), (l1, l2)
+
+
+def test_progress_prints_plain_lines_when_not_a_terminal(capsys, monkeypatch):
+    from tinyglot.training import Progress, format_duration
+
+    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
+    bar = Progress(4, "distill lealla-small", enabled=True, interval=0.0)  # pytest's stdout is no tty
+    with bar.run(start=1):
+        for step in (2, 3, 4):
+            bar.update(step, "loss 1.500")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[-1].startswith("distill lealla-small: 4/4 (100 %), 0:00 elapsed, eta 0:00")
+    assert lines[0].startswith("distill lealla-small: 2/4 (50 %)") and lines[0].endswith("| loss 1.500")
+    quiet = Progress(4, "x", enabled=True, interval=3600.0)  # only the last step within the interval
+    with quiet.run():
+        for step in (1, 2, 3, 4):
+            quiet.update(step)
+    assert capsys.readouterr().out.splitlines() == ["x: 4/4 (100 %), 0:00 elapsed, eta 0:00"]
+    monkeypatch.setenv("TINYGLOT_NO_PROGRESS", "1")
+    for bar in (Progress(4, "y", enabled=False, interval=0.0), Progress(4, "z", enabled=True, interval=0.0)):
+        with bar.run():
+            bar.update(4)
+    assert capsys.readouterr().out == ""
+    assert format_duration(59.6) == "1:00" and format_duration(3725) == "1:02:05" and format_duration(float("nan")) == "?"

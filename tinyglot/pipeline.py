@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -827,13 +828,13 @@ def run_pipeline(cfg: PipelineConfig, out: str | Path = DEFAULT_OUT, progress: b
     return RunSummary(out, time.time() - started, dict(ctx.ran), dict(ctx.markers))
 
 
-def peak_rss_mb() -> dict[str, float]:
-    """Peak resident memory so far of this process and of its largest finished child (the benchmark
-    runs each model in a child process), in MB."""
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB (Linux and macOS). Child processes are
+    left out: a forked child's peak counts the parent's pages; the benchmark reports its own."""
     import resource
 
-    kb = lambda who: resource.getrusage(who).ru_maxrss / 1024  # noqa: E731  (Linux reports KiB)
-    return {"process": round(kb(resource.RUSAGE_SELF), 1), "children": round(kb(resource.RUSAGE_CHILDREN), 1)}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(rss / (2**20 if sys.platform == "darwin" else 2**10), 1)  # bytes on macOS, KiB on Linux
 
 
 def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:

@@ -186,15 +186,14 @@ def stages_table(ctx: "RunContext") -> str:
         extra = ""
         if marker.info.get("resumed"):
             extra = " (resumed from last.pt)"
-        rss = marker.info.get("peak_rss_mb") or {}
-        rows.append([name, status + extra, f"{marker.seconds:.1f}", _mb(rss.get("process")), _mb(rss.get("children"))])
-    rows.append(["report", "ran", "–", "–", "–"])
-    return table(["stage", "in the run that wrote this report", "wall time, s", "peak RSS so far, MB",
-                  "largest child process, MB"], rows, right_from=2)
+        rows.append([name, status + extra, f"{marker.seconds:.1f}", _mb(marker.info.get("peak_rss_mb"))])
+    rows.append(["report", "ran", "–", "–"])
+    return table(["stage", "in the run that wrote this report", "wall time, s", "peak memory (RSS) so far, MB"],
+                 rows, right_from=2)
 
 
-def _mb(value: float | None) -> str:
-    return f"{value:,.0f}" if value else "–"
+def _mb(value) -> str:
+    return f"{value:,.0f}" if isinstance(value, (int, float)) and value > 0 else "–"
 
 
 def versions() -> dict[str, str]:

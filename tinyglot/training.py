@@ -231,15 +231,23 @@ class MetricsLog:
 
 @dataclass
 class Progress:
-    """A rich progress bar (steps, loss parts, pairs/s, ETA); silent when disabled or not a TTY."""
+    """A rich progress bar (steps, loss parts, pairs/s, ETA) on a terminal; elsewhere (a log file,
+    CI) a plain line every ``interval`` seconds and at the end; nothing when disabled."""
 
     total: int
     description: str = "training"
     enabled: bool = True
+    interval: float = 60.0
 
     def __post_init__(self) -> None:
+        import rich
+
         self._bar = None
-        if self.enabled:
+        self._plain = (self.enabled and os.environ.get("TINYGLOT_NO_PROGRESS") != "1"
+                       and not rich.get_console().is_terminal)
+        self._started = self._last = time.time()
+        self._start_step = 0
+        if self.enabled and not self._plain:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress,
                                        TextColumn, TimeElapsedColumn, TimeRemainingColumn)
 
@@ -253,6 +261,8 @@ class Progress:
 
     @contextlib.contextmanager
     def run(self, start: int = 0) -> Iterator["Progress"]:
+        self._started = self._last = time.time()
+        self._start_step = start
         if self._bar is None:
             yield self
             return
@@ -263,3 +273,18 @@ class Progress:
     def update(self, step: int, info: str = "") -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=step, info=info)
+        elif self._plain and (time.time() - self._last >= self.interval or step >= self.total):
+            self._last = now = time.time()
+            done = step - self._start_step
+            eta = (self.total - step) * (now - self._started) / done if done > 0 else float("nan")
+            print(f"{self.description}: {step}/{self.total} ({100 * step / max(1, self.total):.0f} %), "
+                  f"{format_duration(now - self._started)} elapsed, eta {format_duration(eta)}"
+                  + (f" | {info}" if info else ""), flush=True)
+
+
+def format_duration(seconds: float) -> str:
+    if seconds != seconds:  # nan
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60}:{seconds % 60:02d}"
