@@ -63,7 +63,7 @@ def _rss_bytes() -> int | None:
         return None
 
 
-def _peak_rss_bytes() -> int | None:
+def peak_rss_bytes() -> int | None:
     """Peak resident set size of this process's own address space.
 
     Linux/Android: ``VmHWM`` of /proc/self/status.  Not ``ru_maxrss`` there: it carries over the
@@ -359,7 +359,7 @@ def measure(settings: dict) -> dict:
     wall_s = (clock() - start) / 1e9
     lat_ms = [x / 1e6 for x in lat_ns]
     stats = summarize(lat_ms)
-    peak = _peak_rss_bytes()
+    peak = peak_rss_bytes()
     result = {
         "protocol": PROTOCOL,
         "runtime": rt.name,

@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -828,13 +827,13 @@ def run_pipeline(cfg: PipelineConfig, out: str | Path = DEFAULT_OUT, progress: b
     return RunSummary(out, time.time() - started, dict(ctx.ran), dict(ctx.markers))
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MB (Linux and macOS). Child processes are
-    left out: a forked child's peak counts the parent's pages; the benchmark reports its own."""
-    import resource
+def peak_rss_mb() -> float | None:
+    """Peak resident memory of this process so far, in MB (the benchmark runner's measure; child
+    processes are left out: the benchmark reports its own)."""
+    from tinyglot.devices.runner import peak_rss_bytes
 
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(rss / (2**20 if sys.platform == "darwin" else 2**10), 1)  # bytes on macOS, KiB on Linux
+    peak = peak_rss_bytes()
+    return None if peak is None else round(peak / 2**20, 1)
 
 
 def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
