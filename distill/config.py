@@ -20,6 +20,9 @@ class StudentConfig:
     max_len: int = 120
     dropout: float = 0.1
     vocab_size: int = 0  # set from the tokenizer
+    # Dimension of the sentence embedding: 0 = hidden_size (LEALLA); else a linear map from the pooled
+    # hidden states (a wide, shallow encoder with a small embedding).
+    output_dim: int = 0
     # Input embeddings: "teacher-pca" projects the teacher's token/position embeddings onto their top
     # hidden_size principal directions (needs a tinyglot teacher with the student's vocabulary);
     # "random" is the paper's initialisation; "auto" takes teacher-pca when it applies, else random.
@@ -27,10 +30,17 @@ class StudentConfig:
 
     INITS = ("auto", "teacher-pca", "random")
 
+    @property
+    def embedding_dim(self) -> int:
+        return self.output_dim or self.hidden_size
+
     def validate(self) -> None:
         validate_positive(self, ("hidden_size", "num_layers", "num_heads", "ffn_size", "max_len"), "student")
         if self.init not in self.INITS:
             raise TinyglotError(f"unknown student.init {self.init!r}", f"choose one of: {', '.join(self.INITS)}")
+        if self.output_dim < 0:
+            raise TinyglotError(f"student output_dim must be >= 0, got {self.output_dim}",
+                                "use 0 for the hidden size, or the embedding dimension you want")
         if self.hidden_size % self.num_heads:
             raise TinyglotError(f"student hidden_size {self.hidden_size} is not divisible by num_heads "
                                 f"{self.num_heads}", "pick a head count that divides the hidden size")
@@ -58,12 +68,21 @@ class LossConfig:
     # the update direction is almost all L_fd. Measured at 150 steps it helps (61.6 -> 67.2 test
     # P@1), a smaller beta helps more (beta 10: 82.1; see README, stage 2).
     fd_warmup_steps: int = 0
+    # What L_fd and L_ld compare the student with: "pair" = the teacher's embedding of each side (the
+    # paper's); "english" = the teacher's embedding of the English side for both sides, so the teacher
+    # pass covers only the distinct English sentences (a fraction of a multilingual corpus: the same
+    # English is translated into many languages) and every translation is pulled to the same point.
+    fd_target: str = "pair"
 
     FD_INITS = ("least-squares", "random")
+    FD_TARGETS = ("pair", "english")
 
     def validate(self) -> None:
         if self.fd_warmup_steps < 0:
             raise TinyglotError(f"loss.fd_warmup_steps must be >= 0, got {self.fd_warmup_steps}")
+        if self.fd_target not in self.FD_TARGETS:
+            raise TinyglotError(f"unknown loss.fd_target {self.fd_target!r}",
+                                f"choose one of: {', '.join(self.FD_TARGETS)}")
         if self.fd_init not in self.FD_INITS:
             raise TinyglotError(f"unknown loss.fd_init {self.fd_init!r}", f"choose one of: {', '.join(self.FD_INITS)}")
 
@@ -111,6 +130,24 @@ def _tiny() -> DistillPreset:
     )
 
 
+def _fast(layers: int, hidden: int, heads: int, ffn: int, max_steps: int = 2000) -> DistillPreset:
+    # Shallow and wide rather than thin and deep: on CPUs every layer is a sequential step, so for the
+    # same compute fewer, wider layers run faster (measured: benchmarks/shapes.py, README "Student
+    # shapes").  beta 10 and English targets (loss.fd_target) suit strong, slow teachers.
+    return DistillPreset(StudentConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, ffn_size=ffn,
+                                       max_len=128),
+                         LossConfig(beta=10.0, fd_target="english"),
+                         DistillTrainConfig(batch_size=128, lr=1e-3, max_steps=max_steps,
+                                            warmup_steps=max_steps // 20, eval_every=500, save_every=250))
+
+
+def _fast_tiny() -> DistillPreset:
+    preset = _tiny()
+    preset.student = StudentConfig(hidden_size=48, num_layers=1, num_heads=2, ffn_size=96, max_len=48, output_dim=32)
+    preset.loss = LossConfig(beta=10.0, fd_target="english")
+    return preset
+
+
 # lealla.md Table 2 / App. B: 24 layers; small 128/8/512, base 192/12/768, large 256/8/1024;
 # beta 1e3 for small and base, 1e4 for large; alpha 1, gamma 1e-2, T 100.
 PRESETS = {
@@ -118,6 +155,9 @@ PRESETS = {
     "lealla-base": lambda: _lealla(192, 12, 768, 1e3),
     "lealla-large": lambda: _lealla(256, 8, 1024, 1e4),
     "lealla-tiny": _tiny,
+    "fast-small": lambda: _fast(2, 256, 4, 1024),
+    "fast-base": lambda: _fast(4, 256, 4, 1024),
+    "fast-tiny": _fast_tiny,
 }
 
 

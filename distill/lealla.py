@@ -65,7 +65,7 @@ class LealLATrainer:
         tc = preset.train
         self.device = single_process_device(tc, "LEALLA distillation")
         if isinstance(getattr(teacher, "dim", None), int):  # before the (long) teacher pass
-            check_dimensions(preset.student.hidden_size, teacher.dim)
+            check_dimensions(preset.student.embedding_dim, teacher.dim)
         prepare_run_dir(self.out, resume, "distillation run")
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
         tokenizer = run_tokenizer(self.out, tokenizer, resume,
@@ -75,16 +75,19 @@ class LealLATrainer:
         preset.student.vocab_size = tokenizer.vocab_size
         self.data: TokenizedPairs = tokenize_pairs(train_g, tokenizer, preset.student.max_len)
         self.plan = BatchPlan(self.data, tc.batch_size, tc.lang_temperature, tc.seed)
-        # teacher embeddings of every distinct training sentence, cached on disk
+        # teacher embeddings of every distinct training sentence (loss.fd_target=english: of every
+        # distinct English sentence, the target of both sides), cached on disk
         index: dict[str, int] = {}
-        self.x_row = [np.array([index.setdefault(p.x, len(index)) for p in ps]) for ps in self.data.pairs]
+        english = preset.loss.fd_target == "english"
         self.en_row = [np.array([index.setdefault(p.en, len(index)) for p in ps]) for ps in self.data.pairs]
+        self.x_row = self.en_row if english else \
+            [np.array([index.setdefault(p.x, len(index)) for p in ps]) for ps in self.data.pairs]
         self.identity = teacher_identity
         self.t_emb = teacher_embeddings(teacher, list(index), cache_dir or self.out / "teacher-cache",
                                         identity=teacher_identity, batch_size=tc.teacher_batch_size,
                                         progress=progress)
         self.teacher_dim = int(self.t_emb.shape[1])
-        check_dimensions(preset.student.hidden_size, self.teacher_dim)
+        check_dimensions(preset.student.embedding_dim, self.teacher_dim)
         self.init_tables = self._init_tables(teacher)
 
     def _init_tables(self, teacher) -> dict[str, torch.Tensor] | None:

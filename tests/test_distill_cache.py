@@ -84,3 +84,45 @@ def test_teacher_whose_dimension_changes_is_refused(tmp_path):
     with pytest.raises(TinyglotError, match="dimension changed between calls"):
         teacher_embeddings(CountingTeacher(grow=True), SENTS, tmp_path, chunk=2, progress=False)
     assert not list(tmp_path.glob("*.npy")) and not list(tmp_path.glob("*.tmp"))
+
+
+class InterruptedTeacher(CountingTeacher):
+    """Stops (as a Ctrl-C would) on its ``stop_at``-th call."""
+
+    def __init__(self, stop_at):
+        super().__init__()
+        self.stop_at = stop_at
+
+    def encode(self, sentences, batch_size=64):
+        if self.calls + 1 == self.stop_at:
+            self.calls += 1
+            raise KeyboardInterrupt
+        return super().encode(sentences, batch_size)
+
+
+def test_interrupted_pass_resumes_from_its_finished_chunks(tmp_path):
+    sents = [f"sentence number {i} " + "x" * (i % 7) for i in range(50)]
+    reference = np.asarray(teacher_embeddings(CountingTeacher(), sents, tmp_path / "ref", chunk=8, progress=False))
+    broken = InterruptedTeacher(stop_at=4)  # call 1 probes the dimension, calls 2-3 finish chunks 0-1
+    with pytest.raises(KeyboardInterrupt):
+        teacher_embeddings(broken, sents, tmp_path / "c", chunk=8, progress=False)
+    chunks = sorted(p.name for p in (tmp_path / "c").glob("*.chunks/chunk-*.npy"))
+    assert chunks == ["chunk-000000.npy", "chunk-000001.npy"]
+    assert not list((tmp_path / "c").glob("*.json"))  # unfinished: no metadata, never read as a cache
+    again = CountingTeacher()
+    emb = teacher_embeddings(again, sents, tmp_path / "c", chunk=8, progress=False)
+    assert again.calls == 1 + 5  # the probe, then only the 5 missing chunks of 7
+    assert np.array_equal(np.asarray(emb), reference)
+    assert not list((tmp_path / "c").glob("*.chunks"))  # chunks assembled and removed
+
+
+def test_a_corrupt_chunk_is_recomputed(tmp_path):
+    sents = [f"s{i}" for i in range(20)]
+    with pytest.raises(KeyboardInterrupt):
+        teacher_embeddings(InterruptedTeacher(stop_at=3), sents, tmp_path, chunk=8, progress=False)
+    (chunk,) = tmp_path.glob("*.chunks/chunk-000000.npy")
+    chunk.write_bytes(b"garbage")
+    t = CountingTeacher()
+    emb = teacher_embeddings(t, sents, tmp_path, chunk=8, progress=False)
+    assert t.calls == 1 + 3
+    assert np.allclose(np.asarray(emb, dtype=np.float32), t.encode(sents), atol=1e-3)

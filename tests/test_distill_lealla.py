@@ -252,3 +252,35 @@ def test_gradient_checkpointing_of_long_batches_gives_the_same_training(small_pa
     assert all(torch.allclose(states["never"][k], states["always"][k], atol=1e-6) for k in states["never"])
     with pytest.raises(TinyglotError, match="checkpoint_above_tokens"):
         get_preset("lealla-tiny", {"train": {"checkpoint_above_tokens": -1}})
+
+
+def test_fast_preset_english_targets_and_output_projection(small_pairs, tiny_teacher_dir, tmp_path):
+    """fast-tiny: a shallow wide student with a final projection; loss.fd_target=english embeds only the
+    distinct English sentences with the teacher and aims both sides of a pair at the English one."""
+    from tinyglot.distill.run import teacher_tokenizer
+
+    teacher = load_teacher_encoder(str(tiny_teacher_dir))
+    preset = get_preset("fast-tiny", {"train": {"max_steps": 6, "eval_every": 3, "save_every": 3}})
+    assert preset.loss.fd_target == "english" and preset.student.output_dim == 32
+    trainer = LealLATrainer(preset, tmp_path / "run", small_pairs, teacher, teacher.identity(),
+                            teacher_tokenizer(str(tiny_teacher_dir)), "fast-tiny", tmp_path / "cache",
+                            progress=False)
+    english = {p.en for ps in trainer.data.pairs for p in ps}
+    assert trainer.t_emb.shape == (len(english), teacher.dim)  # no row for any non-English side
+    assert all(x is e for x, e in zip(trainer.x_row, trainer.en_row))
+    result = trainer.train()
+    model, _, cfg = load_student_model(result.student_dir)
+    assert cfg["dim"] == 32 and cfg["student"]["hidden_size"] == 48 and len(model.encoder.encoder.layer) == 1
+    assert cfg["parameters"]["output"] == 48 * 32 + 32
+    emb = tinyglot.load(result.student_dir).encode(["Datei öffnen", "open file"])
+    assert emb.shape == (2, 32) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+    # the projection is part of the saved student: a reload gives the same embeddings
+    again = tinyglot.load(result.student_dir).encode(["Datei öffnen", "open file"])
+    np.testing.assert_array_equal(emb, again)
+
+
+def test_unknown_fd_target_is_refused():
+    with pytest.raises(TinyglotError, match="fd_target"):
+        get_preset("fast-tiny", {"loss": {"fd_target": "both"}})
+    with pytest.raises(TinyglotError, match="output_dim"):
+        get_preset("fast-tiny", {"student": {"output_dim": -1}})

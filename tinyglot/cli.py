@@ -89,21 +89,37 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_data_prepare(args: argparse.Namespace) -> int:
-    from tinyglot.data import CleanConfig, CleanStats, clean_pairs, read_corpus, train_dev_split
+    from tinyglot.data import (CleanConfig, CleanStats, clean_pairs, heldout_pairs, read_corpus, select_languages,
+                               train_dev_split)
     from tinyglot.data.embedded import write_jsonl
+    from tinyglot.languages import language_list
 
+    sample = args.sample or args.languages is not None or args.min_pairs > 0
     cfg = CleanConfig(min_chars=args.min_chars, max_chars=args.max_chars, max_len_ratio=args.max_ratio,
-                      per_lang_cap=args.cap)
+                      per_lang_cap=None if sample else args.cap)
     stats = CleanStats()
     pairs = list(clean_pairs(read_corpus(args.input, lang=args.lang), cfg, stats=stats))
+    dropped: dict[str, int] = {}
+    if sample:  # split first, so that the held-out side is not limited by the training cap
+        pairs, dropped = select_languages(pairs, language_list(args.languages), args.min_pairs, None, args.seed)
     if not pairs:
         raise TinyglotError(f"no pairs left in {args.input} after cleaning ({stats.summary()})",
-                            "relax the filters (--min-chars, --max-chars, --max-ratio)")
+                            "relax the filters (--min-chars, --max-chars, --max-ratio, --min-pairs, --languages)")
     train, dev = train_dev_split(pairs, dev_fraction=args.dev_fraction, seed=args.seed)
+    if sample:
+        train = select_languages(train, cap=args.cap, seed=args.seed)[0]
+    if args.dev_min_words or args.dev_cap is not None:
+        dev = heldout_pairs(dev, args.dev_min_words, args.dev_cap, args.seed)
     out = Path(args.out)
     write_jsonl(out / "train.jsonl.gz", train)
     write_jsonl(out / "dev.jsonl.gz", dev)
-    make_console().print(f"cleaning: {stats.summary()}\nwrote {len(train):,} train and {len(dev):,} dev pairs to {out}")
+    langs = sorted({p.lang for p in pairs})
+    lines = [f"cleaning: {stats.summary()}", f"{len(langs)} languages: {', '.join(langs)}"]
+    if dropped:
+        lines.append(f"left out (fewer than {args.min_pairs} pairs): "
+                     + ", ".join(f"{lang} {n}" for lang, n in sorted(dropped.items())))
+    lines.append(f"wrote {len(train):,} train and {len(dev):,} dev pairs to {out}")
+    make_console().print("\n".join(lines))
     return 0
 
 
@@ -187,7 +203,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-chars", type=int, default=1000)
     p.add_argument("--max-ratio", type=float, default=3.0, help="max character-length ratio of the two sides")
     p.add_argument("--cap", type=int, default=None, help="at most this many pairs per language")
+    p.add_argument("--languages", help="keep only these languages: comma-separated codes, or a peer's name "
+                                       "(e5-small, use-m) for the languages it covers")
+    p.add_argument("--min-pairs", type=int, default=0,
+                   help="leave out languages with fewer pairs than this after cleaning")
+    p.add_argument("--sample", action="store_true",
+                   help="--cap draws a seeded random sample per language instead of the first pairs (implied by "
+                        "--languages and --min-pairs)")
     p.add_argument("--dev-fraction", type=float, default=0.02)
+    p.add_argument("--dev-min-words", type=int, default=0,
+                   help="held-out pairs: keep only English sides of at least this many words, each English and "
+                        "each translation once per language (a test set of full sentences)")
+    p.add_argument("--dev-cap", type=int, default=None, help="held-out pairs: at most this many per language")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_data_prepare)
     p = dsub.add_parser("vocab", help="train a SentencePiece vocabulary with one <2xx> token per language")

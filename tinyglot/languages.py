@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from tinyglot.errors import UnknownLanguageError
+from tinyglot.errors import TinyglotError, UnknownLanguageError
 
 # ISO 639-1 languages: ``639-1  639-3 (=639-2/T)  639-2/B or -  English name (_ for space)``.
 _ISO_639_1 = """
@@ -432,3 +432,18 @@ def lang_from_filename(path: str | Path) -> str | None:
     if p.parent.name == "LC_MESSAGES":
         return _try_normalize(p.parent.parent.name)
     return None
+
+
+def language_list(value: str | None) -> list[str] | None:
+    """A language setting as codes: comma-separated codes, or a peer's name (``e5-small``, ``use-m``)
+    for the languages it covers; empty = None (every language)."""
+    if not value or not value.strip():
+        return None
+    from tinyglot.peers import PEERS
+
+    name = value.strip()
+    if name in PEERS:
+        if not PEERS[name].codes:
+            raise TinyglotError(f"the peer {name!r} has no list of language codes", "list the codes, e.g. de,fr")
+        return list(PEERS[name].codes)
+    return [normalize_lang(code.strip()) for code in name.split(",") if code.strip()]

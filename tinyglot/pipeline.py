@@ -50,10 +50,16 @@ Say = Callable[[str], None]
 # ====================================================================== settings
 @dataclass
 class DataSection:
-    """Training corpus and test set; empty = the embedded ones; 0 = no cap."""
+    """Training corpus and test set; empty = the embedded ones; 0 = no cap.
+
+    ``languages`` (comma-separated codes, or a peer's name such as ``e5-small`` for the languages it
+    covers) and ``min_pairs_per_lang`` select languages of a large corpus; with either set, the cap
+    draws a seeded random sample of each language instead of its first pairs."""
 
     train: str = ""
     max_pairs_per_lang: int = 0
+    languages: str = ""
+    min_pairs_per_lang: int = 0
     test: str = ""
     test_pairs_per_lang: int = 0
 
@@ -101,7 +107,12 @@ class ExportSection:
 
 @dataclass
 class EvalSection:
+    """``peers``: peers of :mod:`tinyglot.peers` (``use-m``, ``e5-small``, ``minilm``) evaluated beside the
+    run's models, on the same test set (each with ``threads`` threads)."""
+
     batch_size: int = 64
+    peers: list[str] = field(default_factory=list)
+    threads: int = 1
 
 
 @dataclass
@@ -147,7 +158,7 @@ class PipelineConfig:
 
         if self.threads < 0:
             raise TinyglotError(f"threads must be >= 0, got {self.threads}", "set threads = 0 for torch's default")
-        for name in ("max_pairs_per_lang", "test_pairs_per_lang"):
+        for name in ("max_pairs_per_lang", "min_pairs_per_lang", "test_pairs_per_lang"):
             if getattr(self.data, name) < 0:
                 raise TinyglotError(f"data.{name} must be >= 0 (0 = all), got {getattr(self.data, name)}")
         for name in ("train", "test"):
@@ -173,7 +184,13 @@ class PipelineConfig:
         if len(set(self.bundle_names())) != len(self.export.formats):
             raise TinyglotError("export.formats lists a bundle twice", "list each format-quantization once")
         validate_positive(self.export, ("threads", "parity_sentences"), "export")
-        validate_positive(self.eval, ("batch_size",), "eval")
+        validate_positive(self.eval, ("batch_size", "threads"), "eval")
+        from tinyglot.peers import PEERS
+
+        unknown = sorted(set(self.eval.peers) - set(PEERS))
+        if unknown:
+            raise TinyglotError(f"unknown peer(s) in eval.peers: {', '.join(unknown)}",
+                                f"choose among: {', '.join(PEERS)}")
         validate_positive(self.bench, ("min_queries",), "bench")
         for name in ("tflite_buckets", "tflite_batch_sizes"):
             _check_ints(getattr(self.export, name), f"export.{name}")
@@ -229,6 +246,17 @@ PROFILES: dict[str, dict[str, Any]] = {
         "export": {"parity_sentences": 20, "tflite_buckets": [48], "tflite_batch_sizes": [1]},
         "eval": {"batch_size": 32},
         "bench": {"seq": [48], "min_queries": 20, "min_seconds": 0.2, "warmup": 2},
+    },
+    # The strong-teacher path: multilingual-e5-small (its embeddings computed once, cached in chunks) into
+    # the fast-small student (2 layers x 256, 16k vocabulary), on every language of the corpus that e5
+    # covers with at least 1,500 pairs, 3,000 pairs each; the peers evaluated beside it.  Give it a large
+    # corpus: `--set data.train=corpus.jsonl.gz` (the embedded one has 10 languages).
+    "e5": {
+        "data": {"languages": "e5-small", "min_pairs_per_lang": 1500, "max_pairs_per_lang": 3000},
+        "teacher": {"spec": "e5-small"},
+        "distill": {"student": "fast-small", "max_steps": 2000, "vocab_size": 16000,
+                    "overrides": {"train": {"eval_every": 500, "save_every": 250, "dev_pairs_per_lang": 50}}},
+        "eval": {"peers": ["use-m", "e5-small"]},
     },
 }
 
@@ -378,8 +406,16 @@ class RunContext:
         if self._pairs is None:
             from tinyglot.data.embedded import load_pairs
 
-            pairs = load_pairs(self.cfg.data.train or None)
-            self._pairs = cap_per_lang(pairs, self.cfg.data.max_pairs_per_lang)
+            d = self.cfg.data
+            pairs = load_pairs(d.train or None)
+            if d.languages or d.min_pairs_per_lang:
+                from tinyglot.data import select_languages
+                from tinyglot.languages import language_list
+
+                self._pairs = select_languages(pairs, language_list(d.languages), d.min_pairs_per_lang,
+                                               d.max_pairs_per_lang or None)[0]
+            else:
+                self._pairs = cap_per_lang(pairs, d.max_pairs_per_lang)
         return self._pairs
 
     def testset(self) -> dict:
@@ -462,6 +498,7 @@ def teacher_inputs(ctx: RunContext) -> dict[str, Any]:
 
 def train_data_inputs(cfg: PipelineConfig) -> dict[str, Any]:
     return {"train": cfg.data.train, "max_pairs_per_lang": cfg.data.max_pairs_per_lang,
+            "languages": cfg.data.languages, "min_pairs_per_lang": cfg.data.min_pairs_per_lang,
             "files": data_fingerprint(corpus_path(cfg.data.train))}
 
 
@@ -490,7 +527,7 @@ def run_teacher(ctx: RunContext) -> StageOutput:
 
         spec = resolve_spec(t.spec)
         path = Path(spec) if Path(spec).is_dir() else None
-    info = {"spec": spec, **describe_teacher(path)}
+    info = {"spec": spec, **(describe_peer(spec) or describe_teacher(path))}
     atomic_write_json(ctx.out / "teacher.json", info)
     return StageOutput([ctx.out / "teacher.json", *teacher_files(path)], {**info, "resumed": resumed})
 
@@ -510,6 +547,18 @@ def teacher_files(path: Path | None) -> list[Path]:
     if cfg.get("kind") not in SOURCE_KINDS:
         return [path]
     return [path / "config.json", path / cfg.get("tokenizer", "tokenizer.model"), *source_weight_files(path, cfg)]
+
+
+def describe_peer(spec: str) -> dict[str, Any] | None:
+    """Kind, dimension and bytes of a peer teacher (``e5-small``, ``peer:use-m``); None for other specs."""
+    from tinyglot.peers import PEERS, peer_files
+
+    name = spec.removeprefix("peer:")
+    if name not in PEERS or Path(spec).exists():
+        return None
+    files = peer_files(name)
+    return {"kind": f"peer: {PEERS[name].model}", "dim": PEERS[name].dim,
+            "bytes": folder_bytes(files) if files is not None else None}
 
 
 def describe_teacher(path: Path | None) -> dict[str, Any]:
@@ -651,6 +700,11 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
         path = ctx.bundle_dir(name)
         models.append(EvalModel(name, "bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
                                 lambda p=path: tinyglot.load(p)))
+    for name in ctx.cfg.eval.peers:
+        from tinyglot.peers import PEERS, load_peer
+
+        models.append(EvalModel(f"peer {name}", "peer", PEERS[name].package, name,
+                                lambda n=name: load_peer(n, threads=ctx.cfg.eval.threads)))
     return models
 
 

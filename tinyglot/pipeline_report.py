@@ -80,7 +80,7 @@ def collect(ctx: "RunContext") -> ReportData:
         if m["kind"] == "bundle":
             col.bundle = _read_json(Path(m["path"]) / "config.json")
             col.parity = _read_json(Path(m["path"]) / "parity.json")
-        if m["path"]:
+        if m["path"] and m["kind"] != "peer":
             col.bench = by_path.get(str(Path(m["path"]).resolve()))
         columns.append(col)
     teacher = {**_read_json(ctx.out / "teacher.json"), "spec": ctx.teacher_spec()}
@@ -130,6 +130,12 @@ def model_bytes(col: Column, data: ReportData) -> int | None:
     if col.kind == "bundle":
         files = col.bundle.get("files", [])
         return sum((Path(col.path) / f).stat().st_size for f in files if (Path(col.path) / f).is_file()) or None
+    if col.kind == "peer":
+        from tinyglot.io import folder_bytes
+        from tinyglot.peers import peer_files
+
+        files = peer_files(col.name.removeprefix("peer "))
+        return folder_bytes(files) if files is not None else None
     return None
 
 
@@ -151,11 +157,15 @@ def tfidf_dim() -> int:
 def models_table(data: ReportData) -> str:
     rows = []
     for c in data.columns:
+        from tinyglot.peers import PEERS
+
+        peer = PEERS.get(c.name.removeprefix("peer ")) if c.kind == "peer" else None
         dim = {"teacher": data.teacher.get("dim"), "student": data.student.get("dim"),
-               "bundle": c.bundle.get("dim"), "tfidf": tfidf_dim()}.get(c.kind)
+               "bundle": c.bundle.get("dim"), "tfidf": tfidf_dim(), "peer": peer.dim if peer else None}.get(c.kind)
         q = (c.bundle.get("quantization") or {}).get("name") or (c.bundle.get("quantization") or {}).get("mode")
         fmt = {"tfidf": "character n-gram TF-IDF", "teacher": data.teacher.get("kind") or "",
-               "student": "PyTorch (fp32)"}.get(c.kind, f"{c.bundle.get('format')} ({q})")
+               "student": "PyTorch (fp32)", "peer": f"peer: {peer.model}" if peer else "peer"}.get(
+            c.kind, f"{c.bundle.get('format')} ({q})")
         b = c.bench or {}
         rows.append([c.name, fmt, str(dim or "–"), parameters(c, data), _size(model_bytes(c, data)), _pct(c.p1),
                      _ms(b.get("p50_ms")), _ms(b.get("p90_ms")),

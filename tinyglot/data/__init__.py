@@ -11,8 +11,10 @@ from tinyglot.data.clean import (
     LanguageSampler,
     clean_pairs,
     group_by_lang,
+    heldout_pairs,
     require_languages,
     sampling_probs,
+    select_languages,
     train_dev_split,
 )
 from tinyglot.data.pairs import Pair
@@ -37,6 +39,8 @@ __all__ = [
     "SUPPORTED_FORMATS",
     "detect_format",
     "read_corpus",
+    "heldout_pairs",
+    "select_languages",
     "read_jsonl",
     "read_moses",
     "read_po",

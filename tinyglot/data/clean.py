@@ -302,7 +302,44 @@ def train_dev_split(pairs: Iterable[Pair], dev_fraction: float = 0.05,
     return train, dev
 
 
+def select_languages(pairs: Iterable[Pair], languages: Iterable[str] | None = None, min_pairs: int = 0,
+                     cap: int | None = None, seed: int = 0) -> tuple[list[Pair], dict[str, int]]:
+    """The pairs of ``languages`` (all when None) whose language has at least ``min_pairs`` pairs,
+    at most ``cap`` per language drawn at random (seeded) so that every source of a mixed corpus is
+    represented; returns ``(pairs, dropped)`` where ``dropped`` maps each language left out for
+    having too few pairs to its count.  Languages stay in sorted order, each one's pairs shuffled."""
+    wanted = None if languages is None else {normalize_lang(code) for code in languages}
+    groups = group_by_lang(p for p in pairs if wanted is None or p.lang in wanted)
+    rng = np.random.default_rng(seed)
+    kept: list[Pair] = []
+    dropped: dict[str, int] = {}
+    for lang, group in groups.items():
+        if len(group) < min_pairs:
+            dropped[lang] = len(group)
+            continue
+        order = rng.permutation(len(group)) if cap is not None and cap < len(group) else range(len(group))
+        kept += [group[i] for i in list(order)[:cap]]
+    return kept, dropped
+
+
+def heldout_pairs(pairs: Iterable[Pair], min_words: int = 0, cap: int | None = None,
+                  seed: int = 0) -> list[Pair]:
+    """A test set from held-out pairs: English sides of at least ``min_words`` words, each English and
+    each translation used once per language, at most ``cap`` pairs per language (seeded sample)."""
+    seen: set[tuple[str, str]] = set()
+    kept: list[Pair] = []
+    for pair in pairs:
+        if len(pair.en.split()) < min_words:
+            continue
+        keys = ((pair.lang, "en\0" + english_key(pair.en)), (pair.lang, "x\0" + pair.x.casefold().strip()))
+        if any(k in seen for k in keys):
+            continue
+        seen.update(keys)
+        kept.append(pair)
+    return select_languages(kept, cap=cap, seed=seed)[0]
+
+
 __all__ = [
-    "CleanConfig", "CleanStats", "clean_pairs", "english_key", "group_by_lang", "require_languages",
+    "CleanConfig", "CleanStats", "clean_pairs", "english_key", "heldout_pairs", "select_languages", "group_by_lang", "require_languages",
     "sampling_probs", "LanguageSampler", "train_dev_split",
 ]
