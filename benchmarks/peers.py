@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -83,12 +82,24 @@ class Precomputed:
         return self.emb[[self.rows[s] for s in sentences]]
 
 
-def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries: int, warmup: int,
-                batch: int, seed: int) -> dict:
+def load_tests(tests: list[str], pairs_per_lang: int) -> dict[str, dict]:
+    """``NAME=PATH`` test sets (``embedded`` alone: the embedded one), each cut to ``pairs_per_lang``."""
     from tinyglot.data.embedded import load_testset
+
+    out = {}
+    for item in tests or ["embedded"]:
+        name, _, path = item.partition("=")
+        full = load_testset(path or None) if name != "embedded" or path else load_testset()
+        out[name] = {lang: pairs[:pairs_per_lang] for lang, pairs in full.items()}
+    return out
+
+
+def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries: int, warmup: int,
+                batch: int, seed: int, tests: list[str] | None = None) -> dict:
     from tinyglot.evaluation import evaluate_bitext
 
-    testset = {lang: pairs[:pairs_per_lang] for lang, pairs in load_testset().items()}
+    testsets = load_tests(tests or [], pairs_per_lang)
+    testset = next(iter(testsets.values()))  # speed is measured on the first test set's sentences
     sentences = [s for pairs in testset.values() for p in pairs for s in (p.x, p.en)]
     rss_before = _rss("VmRSS")
     t0 = time.perf_counter()
@@ -108,6 +119,11 @@ def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries
     emb = enc.encode(sentences, batch_size=batch)
     throughput = len(sentences) / (time.perf_counter() - t)
     result = evaluate_bitext(Precomputed(sentences, emb), testset, batch_size=batch, model_name=spec)
+    by_test = {}
+    for name, other in testsets.items():
+        res = result if other is testset else evaluate_bitext(enc, other, batch_size=batch, model_name=spec)
+        by_test[name] = {"p1": 100 * res.primary_metric,
+                         "per_lang": {row.lang: round(100 * row.mean, 1) for row in res.rows}}
     return {
         "kind": kind, "spec": spec, "threads": threads, "load_s": round(load_s, 2),
         "p50_ms": float(np.percentile(lat, 50, method="inverted_cdf")),
@@ -116,7 +132,7 @@ def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries
         "model_rss_mb": (peak - rss_before) / 2**20 if peak and rss_before else None,
         "size_mb": size / 1e6, "p1": 100 * result.primary_metric,
         "p1_per_lang": {row.lang: round(100 * row.mean, 1) for row in result.rows},
-        "sentences": len(sentences), "queries": queries,
+        "sentences": len(sentences), "queries": queries, "p1_by_test": by_test,
     }
 
 
@@ -124,6 +140,8 @@ def run_isolated(kind: str, spec: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--one", f"{kind}={spec}", "--threads", str(args.threads),
            "--pairs-per-lang", str(args.pairs_per_lang), "--queries", str(args.queries),
            "--warmup", str(args.warmup), "--batch", str(args.batch)]
+    for test in args.test:
+        cmd += ["--test", test]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TINYGLOT_NO_PROGRESS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(RESULT_TAG)), None)
@@ -134,14 +152,16 @@ def run_isolated(kind: str, spec: str, args: argparse.Namespace) -> dict:
 
 
 def table(rows: list[dict], names: dict[str, str]) -> str:
-    out = ["| model | size MB | peak RSS MB | load s | p50 ms | p90 ms | sentences/s | P@1 |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    tests = next((list(r["p1_by_test"]) for r in rows if "p1_by_test" in r), ["test"])
+    out = ["| model | size MB | peak RSS MB | load s | p50 ms | p90 ms | sentences/s | "
+           + " | ".join(f"P@1 {t}" for t in tests) + " |", "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(tests)]
     for r in rows:
         if "error" in r:
-            out.append(f"| {names[r['spec']]} | error: {r['error'][:80]} | | | | | | |")
+            out.append(f"| {names[r['spec']]} | error: {r['error'][:80]} |" + " |" * (5 + len(tests)))
             continue
         out.append(f"| {names[r['spec']]} | {r['size_mb']:.1f} | {r['peak_rss_mb']:.0f} | {r['load_s']:.1f} | "
-                   f"{r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['sentences_per_s']:.0f} | {r['p1']:.1f} |")
+                   f"{r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['sentences_per_s']:.0f} | "
+                   + " | ".join(f"{r['p1_by_test'][t]['p1']:.1f}" for t in tests) + " |")
     return "\n".join(out)
 
 
@@ -169,6 +189,9 @@ def main(argv=None) -> int:
     p.add_argument("--peers", default="use-m,e5-small,minilm", help="peers (tinyglot.peers), comma-separated")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--pairs-per-lang", type=int, default=500, help="test pairs per language")
+    p.add_argument("--test", action="append", default=[], metavar="NAME=PATH",
+                   help="a test set (folder of <lang>.tsv, or any corpus file), repeatable; speed is measured on "
+                        "the first; default: the embedded test set")
     p.add_argument("--queries", type=int, default=300, help="measured single-sentence queries")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--batch", type=int, default=32, help="batch size of the throughput pass")
@@ -178,7 +201,7 @@ def main(argv=None) -> int:
     if args.one:
         kind, spec = args.one.split("=", 1)
         res = measure_one(kind, spec, args.threads, args.pairs_per_lang, args.queries, args.warmup,
-                          args.batch, seed=0)
+                          args.batch, seed=0, tests=args.test)
         print(RESULT_TAG + json.dumps(res))
         return 0
     jobs = ([("onnx", s) for s in args.onnx] + [("tflite", s) for s in args.tflite]
@@ -189,7 +212,9 @@ def main(argv=None) -> int:
     for kind, spec in jobs:
         print(f"measuring {names[spec]} ...", file=sys.stderr, flush=True)
         rows.append(run_isolated(kind, spec, args))
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.threads} thread(s), "
+    from tinyglot.devices.profiles import detect_host
+
+    print(f"{detect_host()['cpu_model']}, {os.cpu_count()} cores, {args.threads} thread(s), "
           f"{args.pairs_per_lang} test pairs per language, {args.queries} single-sentence queries\n")
     print(table(rows, names))
     print()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import re
 import sys
 import tempfile
@@ -47,7 +46,7 @@ class Shape:
     ffn: int = 0
 
     @classmethod
-    def parse(cls, text: str) -> "Shape":
+    def parse(cls, text: str) -> Shape:
         m = SHAPE.match(text.strip())
         if not m:
             raise SystemExit(f"bad shape {text!r}: write LAYERSxHIDDEN[/OUTPUT][:FFN], e.g. 4x384/256")
@@ -65,18 +64,13 @@ class Shape:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from tinyglot.devices.profiles import detect_host
+
+    return str(detect_host()["cpu_model"])
 
 
 def random_student(shape: Shape, tokenizer, max_len: int, folder: Path) -> Path:
     import torch
-
     from tinyglot.distill.config import StudentConfig
     from tinyglot.distill.student import Student, save_student
 
@@ -148,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_third_party_import_noise()
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime's quantizer logs advice on the root logger
+    from tinyglot.export.onnx import export_onnx, load_onnx_bundle
+
     from tinyglot.data.embedded import load_pairs, load_testset
     from tinyglot.evaluation import evaluate_bitext
-    from tinyglot.export.onnx import export_onnx, load_onnx_bundle
     from tinyglot.io import folder_bytes
     from tinyglot.models import read_model_config
     from tinyglot.tokenizer import Tokenizer

