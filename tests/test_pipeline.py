@@ -271,7 +271,8 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
         assert section in md, section
     results = json.loads((out / "eval" / "results.json").read_text())
     names = [m["name"] for m in results["models"]]
-    assert names == ["TF-IDF", "teacher", "student (PyTorch)", "onnx-dynamic", "tflite-dynamic"]
+    assert names == ["TF-IDF", "teacher", "student (PyTorch)", "onnx-dynamic", "tflite-dynamic",
+                     "teacher-onnx-dynamic"]  # the teacher's own int8 bundle, the student's real rival
     # P@1 table: one row per language, every column a number, equal to the eval stage's results
     p1 = md.split("## Retrieval quality")[1].split("##")[0]
     header = next(line for line in p1.splitlines() if line.startswith("| lang"))
@@ -286,10 +287,15 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
     models = md.split("## Models")[1].split("##")[0]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
             for line in models.splitlines() if line.startswith("| ") and not line.startswith("| model")}
-    for name in ("student (PyTorch)", "onnx-dynamic", "tflite-dynamic"):
+    for name in ("student (PyTorch)", "onnx-dynamic", "tflite-dynamic", "teacher-onnx-dynamic"):
         assert re.match(r"^[\d.]+ (KB|MB)$", rows[name][4]), rows[name]
         assert re.match(r"^[\d,]+", rows[name][3]) and re.match(r"^\d+\.\d\d$", rows[name][6]), rows[name]
     assert re.match(r"^[\d,]+$", rows["teacher"][3])
+    assert rows["teacher-onnx-dynamic"][3].endswith("(the teacher's)")
+    summary = md.split("## Summary")[1].split("##")[0]
+    against = re.search(r"Student vs its teacher\*\*, `onnx-dynamic` against `teacher-onnx-dynamic`: ([\d.]+)x the "
+                        r"sentences/s at ([\d.]+) % of its P@1, ([\d.]+)x smaller", summary)
+    assert against, summary
     measured = read_measurements(out / "bench" / "results.sqlite")
     assert {r["runtime"] for r in measured} == {"torch", "onnx", "tflite"}
     for r in measured:
@@ -297,7 +303,7 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
         assert f"{r['p50_ms']:.3f}" in md  # the bench table is the database's numbers
     # parity, stages, versions, figures
     parity = md.split("## Export parity")[1].split("##")[0]
-    assert parity.count("| passed |") == 2
+    assert parity.count("| passed |") == 3
     stages = md.split("## Stages")[1].split("##")[0]
     for name in STAGE_NAMES[:-1]:
         assert re.search(rf"\| {name} \| (ran|reused)[^|]*\| \d+\.\d \| [\d,]+ \|", stages), name

@@ -99,6 +99,9 @@ class ExportSection:
     minutes with 8 GB, for a 2x larger file and no faster evaluation."""
 
     formats: list[tuple[str, str]] = field(default_factory=lambda: [("onnx", "dynamic"), ("tflite", "dynamic")])
+    # The teacher as a bundle too (when it is a tinyglot model), evaluated and benchmarked beside the
+    # student: the student must beat its own teacher's deployable form, not its PyTorch fp32 one.
+    teacher_formats: list[tuple[str, str]] = field(default_factory=lambda: [("onnx", "dynamic")])
     threads: int = 1
     parity_sentences: int = 25  # test pairs per language of each bundle's parity check
     tflite_buckets: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
@@ -175,7 +178,7 @@ class PipelineConfig:
         validate_positive(self.distill, ("vocab_size",), "distill")
         if not self.export.formats:
             raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")
-        for fmt, quant in self.export.formats:
+        for fmt, quant in [*self.export.formats, *self.export.teacher_formats]:
             if fmt not in QUANTIZE_BY_FORMAT:
                 raise TinyglotError(f"unknown export format {fmt!r}", f"choose one of: {', '.join(QUANTIZE_BY_FORMAT)}")
             if quant not in QUANTIZE_BY_FORMAT[fmt]:
@@ -213,6 +216,10 @@ class PipelineConfig:
 
     def bundle_names(self) -> list[str]:
         return [name for _, _, name in self.bundles()]
+
+    def teacher_bundles(self) -> list[tuple[str, str, str]]:
+        """``(format, quantization, folder name)`` of each teacher bundle, e.g. ``teacher-onnx-dynamic``."""
+        return [(fmt, quant, f"teacher-{fmt}-{quant}") for fmt, quant in self.export.teacher_formats]
 
 
 def _check_ints(values: Sequence[int], name: str) -> None:
@@ -623,7 +630,10 @@ def run_distill(ctx: RunContext) -> StageOutput:
 
 # ------------------------------------------------------------------ stage 3: export
 def export_inputs(ctx: RunContext) -> dict[str, Any]:
-    return {"export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)}
+    inputs = {"export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)}
+    if ctx.cfg.export.teacher_formats and "teacher" in ctx.markers:  # the teacher bundles depend on it
+        inputs["teacher"] = ctx.output_hash("teacher")
+    return inputs
 
 
 def testset_inputs(cfg: PipelineConfig) -> dict[str, Any]:
@@ -660,7 +670,30 @@ def run_export(ctx: RunContext) -> StageOutput:
         files.append(out)
         info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
                       "files": result.sizes}
+    teacher = exportable_teacher(ctx)
+    for fmt, quant, name in ctx.cfg.teacher_bundles() if teacher is not None else []:
+        out = ctx.bundle_dir(name)
+        shutil.rmtree(out, ignore_errors=True)
+        ctx.say(f"export: the teacher as {fmt} ({quant}) -> {out}")
+        result = export_bundle(fmt, quant, teacher, out, ctx.cfg.export, ctx.testset(), ctx.say)
+        files.append(out)
+        info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
+                      "files": result.sizes}
     return StageOutput(files, info)
+
+
+def exportable_teacher(ctx: RunContext) -> Path | None:
+    """The teacher's folder when tinyglot can export it (an EMS run or a tinyglot student), else None."""
+    from tinyglot.export.bundle import SOURCE_KINDS
+    from tinyglot.models import read_model_config
+
+    if not (ctx.out / "teacher.json").is_file():
+        return None
+    path = Path(ctx.teacher_spec())
+    try:
+        return path if path.is_dir() and read_model_config(path).get("kind") in SOURCE_KINDS else None
+    except TinyglotError:
+        return None
 
 
 # ------------------------------------------------------------------ stage 4: eval
@@ -699,6 +732,10 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
     for name in ctx.cfg.bundle_names():
         path = ctx.bundle_dir(name)
         models.append(EvalModel(name, "bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
+                                lambda p=path: tinyglot.load(p)))
+    for name in exported_teacher_bundles(ctx):
+        path = ctx.bundle_dir(name)
+        models.append(EvalModel(name, "teacher-bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
                                 lambda p=path: tinyglot.load(p)))
     for name in ctx.cfg.eval.peers:
         from tinyglot.peers import PEERS, load_peer
@@ -740,7 +777,14 @@ def bench_inputs(ctx: RunContext) -> dict[str, Any]:
 def bench_targets(ctx: RunContext) -> list[Path]:
     """The PyTorch student (if asked) and every ONNX / TFLite bundle."""
     targets = [ctx.student_dir] if ctx.cfg.bench.torch else []
-    return targets + [ctx.bundle_dir(name) for fmt, _, name in ctx.cfg.bundles() if fmt in ("onnx", "tflite")]
+    teacher = set(exported_teacher_bundles(ctx))
+    return targets + [ctx.bundle_dir(name) for fmt, _, name in [*ctx.cfg.bundles(), *ctx.cfg.teacher_bundles()]
+                      if fmt in ("onnx", "tflite") and (name in ctx.cfg.bundle_names() or name in teacher)]
+
+
+def exported_teacher_bundles(ctx: RunContext) -> list[str]:
+    """Names of the teacher bundles the export stage wrote (none for teachers tinyglot cannot export)."""
+    return [name for _, _, name in ctx.cfg.teacher_bundles() if name in ctx.markers["export"].info]
 
 
 def run_bench_stage(ctx: RunContext) -> StageOutput:

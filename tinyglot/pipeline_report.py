@@ -77,7 +77,7 @@ def collect(ctx: "RunContext") -> ReportData:
     columns = []
     for m in evals.get("models", []):
         col = Column(m["name"], m["kind"], m["path"], BitextResult.from_dict(m["result"]), m.get("cached", False))
-        if m["kind"] == "bundle":
+        if m["kind"] in ("bundle", "teacher-bundle"):
             col.bundle = _read_json(Path(m["path"]) / "config.json")
             col.parity = _read_json(Path(m["path"]) / "parity.json")
         if m["path"] and m["kind"] != "peer":
@@ -127,7 +127,7 @@ def model_bytes(col: Column, data: ReportData) -> int | None:
         return data.teacher.get("bytes")
     if col.kind == "student":
         return data.student.get("bytes")
-    if col.kind == "bundle":
+    if col.kind in ("bundle", "teacher-bundle"):
         files = col.bundle.get("files", [])
         return sum((Path(col.path) / f).stat().st_size for f in files if (Path(col.path) / f).is_file()) or None
     if col.kind == "peer":
@@ -140,8 +140,8 @@ def model_bytes(col: Column, data: ReportData) -> int | None:
 
 
 def parameters(col: Column, data: ReportData) -> str:
-    if col.kind == "teacher":
-        return _count(data.teacher.get("parameters"))
+    if col.kind in ("teacher", "teacher-bundle"):
+        return _count(data.teacher.get("parameters")) + (" (the teacher's)" if col.kind == "teacher-bundle" else "")
     if col.kind in ("student", "bundle"):
         total = (data.student.get("parameters") or {}).get("total")
         return _count(total) + (" (the student's)" if col.kind == "bundle" and total else "")
@@ -161,7 +161,8 @@ def models_table(data: ReportData) -> str:
 
         peer = PEERS.get(c.name.removeprefix("peer ")) if c.kind == "peer" else None
         dim = {"teacher": data.teacher.get("dim"), "student": data.student.get("dim"),
-               "bundle": c.bundle.get("dim"), "tfidf": tfidf_dim(), "peer": peer.dim if peer else None}.get(c.kind)
+               "bundle": c.bundle.get("dim"), "teacher-bundle": c.bundle.get("dim"), "tfidf": tfidf_dim(),
+               "peer": peer.dim if peer else None}.get(c.kind)
         q = (c.bundle.get("quantization") or {}).get("name") or (c.bundle.get("quantization") or {}).get("mode")
         fmt = {"tfidf": "character n-gram TF-IDF", "teacher": data.teacher.get("kind") or "",
                "student": "PyTorch (fp32)", "peer": f"peer: {peer.model}" if peer else "peer"}.get(
@@ -253,6 +254,23 @@ def make_figures(ctx: "RunContext", data: ReportData) -> list[Path]:
     return [p for p in out if p is not None]
 
 
+def against_teacher_bundle(data: ReportData, bundles: list[Column]) -> list[str]:
+    """One line per teacher bundle: each student bundle of the same format against it (speed, P@1, size)."""
+    lines = []
+    for t in (c for c in data.columns if c.kind == "teacher-bundle"):
+        tb, t_size = t.bench or {}, model_bytes(t, data)
+        for c in (b for b in bundles if b.bundle.get("format") == t.bundle.get("format")):
+            b = c.bench or {}
+            if not (tb.get("throughput_sps") and b.get("throughput_sps") and t.p1 > 0):
+                continue
+            size = model_bytes(c, data)
+            lines.append(f"- **Student vs its teacher**, `{c.name}` against `{t.name}`: "
+                         f"{b['throughput_sps'] / tb['throughput_sps']:.2f}x the sentences/s at "
+                         f"{100 * c.p1 / t.p1:.1f} % of its P@1"
+                         + (f", {t_size / size:.2f}x smaller" if size and t_size else "") + ".")
+    return lines
+
+
 # ------------------------------------------------------------------ report.md
 def render_markdown(ctx: "RunContext", data: ReportData, figures: list[Path]) -> str:
     from tinyglot.devices.report import markdown_table
@@ -277,6 +295,7 @@ def render_markdown(ctx: "RunContext", data: ReportData, figures: list[Path]) ->
                        f"{_ms(b.get('p50_ms'))} ms" + (f" at {t_ref[0]} thread(s), batch {t_ref[1]}, seq {t_ref[2]}"
                                                        if t_ref else "")
                        + f"; parity {'passed' if c.parity.get('passed') else 'failed'}.")
+    summary += against_teacher_bundle(data, bundles)
     lines += ["## Summary", "", *summary, ""]
     lines += ["## Retrieval quality: P@1 per language", "",
               f"Test set: {data.testset}. P@1 in % (mean of x→en and en→x), cosine retrieval among the pairs of "
