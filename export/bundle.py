@@ -25,7 +25,7 @@ import numpy as np
 
 from tinyglot.errors import TinyglotError
 from tinyglot.io import atomic_write_json
-from tinyglot.models import read_model_config
+from tinyglot.models import config_files, folder_file, read_model_config
 
 BUNDLE_KIND = "bundle"
 CONFIG = "config.json"
@@ -92,7 +92,7 @@ def source_sha(path: str | Path, cfg: dict) -> str:
     """sha256 over the source's config.json, tokenizer and weight files (names and bytes)."""
     path = Path(path)
     digest = hashlib.sha256()
-    tok = path / cfg.get("tokenizer", TOKENIZER)
+    tok = folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")
     for f in [path / CONFIG, tok, *source_weight_files(path, cfg)]:
         if f.is_file():
             digest.update(f.relative_to(path).as_posix().encode() + b"\0")
@@ -202,9 +202,19 @@ def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
                             "pass the --out folder of `tinyglot export`")
     if fmt is not None and cfg.get("format") != fmt:
         raise TinyglotError(f"{path} is a {cfg.get('format')!r} bundle, not {fmt!r}")
-    for name in [*cfg.get("files", []), cfg.get("tokenizer", TOKENIZER)]:
-        if not (path / name).is_file():
-            raise TinyglotError(f"{path} lacks {name}", "re-run `tinyglot export` into a fresh folder")
+    files = config_files(path, cfg, "files")
+    if not files:
+        raise TinyglotError(f"{path}/config.json lists no model files", "re-run `tinyglot export` into a fresh folder")
+    for file in [*files, folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")]:
+        if not file.is_file():
+            raise TinyglotError(f"{path} lacks {file.relative_to(path)}", "re-run `tinyglot export` into a fresh folder")
+    max_len = cfg.get("max_len")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
+        raise TinyglotError(f"{path}/config.json: max_len is {max_len!r}, not a whole number >= 2",
+                            "re-run `tinyglot export` into a fresh folder")
+    if not isinstance(cfg.get("quantization", {}), dict):
+        raise TinyglotError(f"{path}/config.json: 'quantization' is not an object",
+                            "re-run `tinyglot export` into a fresh folder")
     return cfg
 
 

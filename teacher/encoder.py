@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tinyglot.config import from_dict
 from tinyglot.errors import CheckpointError
-from tinyglot.models import TorchEncoder, read_model_config
+from tinyglot.models import TorchEncoder, folder_file, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import load_checkpoint, select_device
 
@@ -25,7 +25,7 @@ def load_model(path: str | Path, which: str = "best") -> tuple[EMSModel, Tokeniz
     if cfg.get("kind") != "ems-teacher":
         raise CheckpointError(f"{path} is not an EMS teacher run (kind={cfg.get('kind')!r})",
                               "pass the --out folder of `tinyglot teacher train`")
-    tokenizer = Tokenizer.load(path / cfg.get("tokenizer", "tokenizer.model"))
+    tokenizer = Tokenizer.load(folder_file(path, cfg.get("tokenizer", "tokenizer.model"), "'tokenizer'"))
     model_cfg = from_dict(EMSModelConfig, cfg["model"])
     ck_path = path / f"{which}.pt"
     if which == "best" and not ck_path.exists():

@@ -55,10 +55,10 @@ def test_resume_after_interrupt_gives_identical_weights(small_pairs, tokenizer, 
 
     with pytest.raises(KeyboardInterrupt):
         _train(small_pairs, tokenizer, tmp_path / "cut", on_step=interrupt)
-    assert torch.load(tmp_path / "cut" / "last.pt", weights_only=False)["step"] == 20
+    assert torch.load(tmp_path / "cut" / "last.pt", weights_only=True)["step"] == 20
     _train(small_pairs, tokenizer, tmp_path / "cut", resume=True)
-    full = torch.load(tmp_path / "full" / "last.pt", weights_only=False)
-    cut = torch.load(tmp_path / "cut" / "last.pt", weights_only=False)
+    full = torch.load(tmp_path / "full" / "last.pt", weights_only=True)
+    cut = torch.load(tmp_path / "cut" / "last.pt", weights_only=True)
     assert full["step"] == cut["step"] == 40
     for name, tensor in full["model"].items():
         assert torch.equal(tensor, cut["model"][name]), name
