@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import BertModel
 
@@ -137,7 +138,7 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
     model = Student(scfg)
     try:
         model.encoder = BertModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # a truncated model.safetensors
         raise CheckpointError(f"the student weights in {path / 'model'} cannot be read ({exc})",
                               "re-create the student (tinyglot distill ... --resume finishes a run)") from None
     model.eval()

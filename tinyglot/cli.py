@@ -48,6 +48,12 @@ def config_overrides(args: argparse.Namespace) -> dict:
     return merged
 
 
+def add_header_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                   help="TSV files start with a row of column names (--no-header: they do not; "
+                        "default: detect rows such as en<TAB>de or source<TAB>target)")
+
+
 def load_encoder_arg(spec: str, device: str = "cpu"):
     """``tfidf`` (the baseline, IDF fitted on the embedded corpus) or a tinyglot model folder."""
     if spec == "tfidf":
@@ -77,7 +83,7 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
 
     from tinyglot.data.embedded import load_pairs
 
-    pairs = load_pairs(args.input, lang=args.lang)
+    pairs = load_pairs(args.input, lang=args.lang, header=args.header)
     counts = Counter(p.lang for p in pairs)
     table = Table(title=f"{args.input or 'embedded corpus'}: {len(pairs):,} pairs, {len(counts)} languages")
     table.add_column("lang")
@@ -95,7 +101,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
     cfg = CleanConfig(min_chars=args.min_chars, max_chars=args.max_chars, max_len_ratio=args.max_ratio,
                       per_lang_cap=args.cap)
     stats = CleanStats()
-    pairs = list(clean_pairs(read_corpus(args.input, lang=args.lang), cfg, stats=stats))
+    pairs = list(clean_pairs(read_corpus(args.input, lang=args.lang, header=args.header), cfg, stats=stats))
     if not pairs:
         raise TinyglotError(f"no pairs left in {args.input} after cleaning ({stats.summary()})",
                             "relax the filters (--min-chars, --max-chars, --max-ratio)")
@@ -178,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = dsub.add_parser("stats", help="pairs per language of a corpus (default: the embedded corpus)")
     p.add_argument("input", nargs="?", type=Path, help="corpus file or folder")
     p.add_argument("--lang", help="language of the non-English side when the file name does not say")
+    add_header_option(p)
     p.set_defaults(func=cmd_data_stats)
     p = dsub.add_parser("prepare", help="clean (dedup, length, ratio, copies), cap and split into train/dev")
     p.add_argument("input", type=Path, help="corpus file or folder")
@@ -189,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cap", type=int, default=None, help="at most this many pairs per language")
     p.add_argument("--dev-fraction", type=float, default=0.02)
     p.add_argument("--seed", type=int, default=0)
+    add_header_option(p)
     p.set_defaults(func=cmd_data_prepare)
     p = dsub.add_parser("vocab", help="train a SentencePiece vocabulary with one <2xx> token per language")
     p.add_argument("input", nargs="?", type=Path, help="corpus file or folder (default: embedded corpus)")
