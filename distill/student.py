@@ -13,7 +13,8 @@ from transformers import BertModel
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_folder, atomic_write_json
-from tinyglot.models import TorchEncoder, bert_config, load_folder_tokenizer, mean_pool, read_model_config
+from tinyglot.models import (TorchEncoder, bert_config, config_section, load_folder_tokenizer, mean_pool,
+                             read_model_config)
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
 
@@ -131,7 +132,7 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
                               "pass the student folder written by `tinyglot distill`")
     tokenizer = load_folder_tokenizer(path, cfg["tokenizer"], cfg.get("tokenizer_sha256"), "student", "trained",
                                       CheckpointError)
-    scfg = from_dict(StudentConfig, cfg["student"])
+    scfg = from_dict(StudentConfig, config_section(path, cfg, "student"))
     if scfg.vocab_size != tokenizer.vocab_size:
         raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces, the student expects {scfg.vocab_size}",
                               "use the tokenizer the student was trained with")
@@ -149,4 +150,4 @@ def load_student(path: str | Path, device: str = "cpu") -> TorchEncoder:
     model, tokenizer, cfg = load_student_model(path)
     dev = select_device(device)
     model.to(dev)
-    return TorchEncoder(tokenizer, model.embed, cfg["max_len"], dev, name=f"student ({Path(path).name})")
+    return TorchEncoder(tokenizer, model.embed, cfg.get("max_len"), dev, name=f"student ({Path(path).name})")

@@ -49,6 +49,9 @@ class TorchEncoder:
     def __init__(self, tokenizer, embed: Callable, max_len: int, device=None, name: str = "") -> None:
         import torch
 
+        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
+            raise TinyglotError(f"max_len of {name or 'the model'} is {max_len!r}, not a whole number >= 2",
+                                "re-create the model folder (its config.json is damaged)")
         self.tokenizer = tokenizer
         self._embed = embed
         self.max_len = max_len
@@ -136,6 +139,15 @@ def folder_file(folder: str | Path, name: object, key: str = "a file name") -> P
     return folder / rel
 
 
+def config_section(folder: str | Path, cfg: dict, key: str) -> dict:
+    """``cfg[key]``, which must be a JSON object, else a clear error."""
+    value = cfg.get(key)
+    if not isinstance(value, dict):
+        raise TinyglotError(f"{folder}/config.json: {key!r} is {'missing' if value is None else 'not an object'}",
+                            "re-create the model folder with tinyglot")
+    return value
+
+
 def config_files(folder: str | Path, cfg: dict, key: str = "files") -> list[Path]:
     """The confined paths of the list ``cfg[key]`` (missing: none)."""
     names = cfg.get(key, [])
@@ -193,4 +205,14 @@ def loader_function(loader: object, path: str | Path = "") -> Callable[..., Enco
 def load_encoder(path: str | Path, **kwargs) -> Encoder:
     """Open a tinyglot model folder as an ``Encoder`` by calling the registered loader its config names."""
     func = loader_function(read_model_config(path).get("loader"), path)
-    return func(Path(path), **kwargs)
+    try:
+        return func(Path(path), **kwargs)
+    except TinyglotError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError, OSError) as exc:
+        # the folder is the loader's only input: a value of the wrong type or a missing key
+        raise TinyglotError(
+            f"{path} cannot be opened: its config.json or model files are malformed "
+            f"({type(exc).__name__}: {str(exc)[:300]})",
+            "re-create the folder with tinyglot, or download it again",
+        ) from None
