@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.integrity import check_sha256, file_digests
 from tinyglot.io import atomic_write_json
 from tinyglot.models import config_files, folder_file, read_model_config
 
@@ -185,16 +186,21 @@ def parity_summary(report, gated: bool) -> dict:
 
 
 def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool) -> None:
-    """Write config.json (which makes the bundle loadable) only if parity passed or is not gated."""
+    """Write config.json (which makes the bundle loadable) only if parity passed or is not gated.
+
+    ``cfg["sha256"]`` records the digest of every file the bundle's loader reads (model files and
+    tokenizer); :func:`read_bundle` checks them, so a swapped or damaged file is refused."""
     out = Path(out)
     if parity_gate and not report.passed:
         report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
                                "Pass --no-parity-gate to keep it anyway")
+    cfg["sha256"] = file_digests(out, [*cfg["files"], cfg.get("tokenizer", TOKENIZER)])
     write_bundle_config(out, cfg)
 
 
 def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
-    """A bundle's config, checked: kind ``bundle``, the expected format, model files present."""
+    """A bundle's config, checked: kind ``bundle``, the expected format, model files present (names
+    inside the folder) and unchanged since the export (the sha256 its config recorded)."""
     path = Path(path)
     cfg = read_model_config(path)
     if cfg.get("kind") != BUNDLE_KIND:
@@ -215,6 +221,8 @@ def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
     if not isinstance(cfg.get("quantization", {}), dict):
         raise TinyglotError(f"{path}/config.json: 'quantization' is not an object",
                             "re-run `tinyglot export` into a fresh folder")
+    if "sha256" in cfg:  # bundles exported before the digests were recorded have none
+        check_sha256(path, cfg["sha256"])
     return cfg
 
 

@@ -152,3 +152,46 @@ def test_checkpoints_are_byte_reproducible_and_hold_no_pickled_objects(tmp_path)
     draws = (random.random(), np.random.rand(), torch.rand(1).item())
     set_rng_state(ck["rng"])
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
+
+
+@pytest.fixture(scope="module")
+def onnx_bundle(student_dir, tmp_path_factory) -> Path:
+    from tinyglot.export.onnx import export_onnx
+
+    return export_onnx(student_dir, tmp_path_factory.mktemp("bundle") / "onnx", "none", max_sentences=20).out
+
+
+def test_bundle_records_the_sha256_of_its_files_and_refuses_a_swapped_one(onnx_bundle, tmp_path, capsys):
+    import hashlib
+
+    from tinyglot.devices.bench import resolve_model
+
+    cfg = json.loads((onnx_bundle / "config.json").read_text())
+    assert set(cfg["sha256"]) == {"model.onnx", "tokenizer.model"}
+    assert cfg["sha256"]["model.onnx"] == hashlib.sha256((onnx_bundle / "model.onnx").read_bytes()).hexdigest()
+    assert tinyglot.load(onnx_bundle).encode(["hallo"]).shape == (1, 32)
+
+    for name in ("model.onnx", "tokenizer.model"):
+        bundle = tmp_path / name / "bundle"
+        shutil.copytree(onnx_bundle, bundle)
+        data = bytearray((bundle / name).read_bytes())
+        data[len(data) // 2] ^= 0x01  # same size, one bit: still a loadable file
+        (bundle / name).write_bytes(bytes(data))
+        with pytest.raises(TinyglotError, match=f"{name} is not the file this bundle was exported with"):
+            tinyglot.load(bundle)
+        assert main(["eval", "--model", str(bundle)]) == 2
+        assert "sha256" in capsys.readouterr().err
+        with pytest.raises(TinyglotError, match="sha256"):
+            resolve_model(bundle)  # tinyglot bench
+
+
+def test_file_hashes_are_cached_by_inode_size_and_mtime(tmp_path):
+    from tinyglot.integrity import sha256_file
+
+    path = tmp_path / "corpus.tsv"
+    path.write_text("a\tb\n")
+    first = sha256_file(path)
+    stat = path.stat()
+    path.write_text("c\td\n")  # same size; a new mtime makes it a new version
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert sha256_file(path) != first
