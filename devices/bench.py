@@ -36,7 +36,7 @@ from tinyglot.errors import TinyglotError
 from tinyglot.locks import file_lock
 
 from .profiles import DeviceProfile, describe_cpu, detect_host, load_profile
-from .runner import input_roles
+from .runner import PARENT_ENV, input_roles
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 RESULT_TAG = "TINYGLOT_BENCH_RESULT"
@@ -203,7 +203,7 @@ class LocalTarget:
         flags = ["-P"] if self.python == sys.executable and sys.version_info >= (3, 11) else []
         try:
             proc = subprocess.run([self.python, *flags, str(RUNNER), fh.name], capture_output=True, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout, env={**os.environ, PARENT_ENV: str(os.getpid())})
         except subprocess.TimeoutExpired:
             raise TinyglotError(f"the runner took more than {timeout:.0f} s", "lower --min-seconds/--min-queries") from None
         finally:

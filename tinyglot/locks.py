@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tinyglot.errors import TinyglotError
+from tinyglot.io import remove_stale_temporaries
 
 log = logging.getLogger("tinyglot.locks")
 try:
@@ -171,6 +172,7 @@ def file_lock(path: str | Path, what: str) -> Iterator[Path]:
 def run_lock(folder: str | Path, what: str) -> Iterator[Path]:
     """Hold ``folder/.tinyglot.lock`` while the block runs; ``folder`` is created if missing and
     removed again if the block fails and leaves it empty (a failed run leaves no empty folder).
+    Temporary files and folders a killed run left in ``folder`` are removed first.
 
     In a data-parallel run (torchrun) only rank 0 takes the lock.
     """
@@ -182,6 +184,9 @@ def run_lock(folder: str | Path, what: str) -> Iterator[Path]:
     acquire(folder / LOCK_NAME, what)
     ok = False
     try:
+        stale = remove_stale_temporaries(folder)  # ours now: what is there was left by a killed run
+        if stale:
+            log.info("removed %d temporary file(s)/folder(s) left in %s by an interrupted run", len(stale), folder)
         yield folder
         ok = True
     finally:
