@@ -195,3 +195,22 @@ def test_file_hashes_are_cached_by_inode_size_and_mtime(tmp_path):
     path.write_text("c\td\n")  # same size; a new mtime makes it a new version
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     assert sha256_file(path) != first
+
+
+def test_stage_inputs_keyed_by_content_even_with_the_same_size_and_mtime(tmp_path):
+    from tinyglot.stagecache import StageStore, hash_json
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    path = corpus / "de.tsv"
+    path.write_text("Hello\tHallo\n")
+    store = StageStore(tmp_path / "run")
+    before = store.fingerprint(corpus)
+    assert json.loads((tmp_path / "run" / "stages" / ".digests.json").read_text())  # hashed once, kept
+    stat = path.stat()
+    with open(path, "r+") as fh:  # replaced in place: same inode, same size, mtime set back
+        fh.write("Hellu\tHallo\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    after = StageStore(tmp_path / "run").fingerprint(corpus)
+    assert hash_json(after) != hash_json(before)
