@@ -63,6 +63,9 @@ def test_resume_after_interrupt_gives_identical_weights(small_pairs, tokenizer, 
     for name, tensor in full["model"].items():
         assert torch.equal(tensor, cut["model"][name]), name
     assert _losses(tmp_path / "full") == _losses(tmp_path / "cut")
+    # byte-reproducible checkpoints: the resumed run's files are the uninterrupted run's, byte for byte
+    for name in ("last.pt", "best.pt"):
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "cut" / name).read_bytes(), name
 
 
 def test_checkpoint_round_trip_and_bad_checkpoints(small_pairs, tokenizer, tmp_path):

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,11 +125,31 @@ def warmup_linear_decay(optimizer: torch.optim.Optimizer, warmup: int, total: in
 
 
 # ------------------------------------------------------------------ checkpoints
+def _canonical(obj: Any) -> Any:
+    """A copy of nested dicts/lists/tuples whose equal strings are one object (interned).
+
+    Pickle writes an object seen before as a back-reference: without this, a resumed run (whose
+    optimizer state keys were unpickled, not interned) would write other bytes for the same state."""
+    if isinstance(obj, str):
+        return sys.intern(obj)
+    if isinstance(obj, dict):
+        copy = type(obj)((_canonical(k), _canonical(v)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a module's state_dict keeps its version information
+            copy._metadata = _canonical(obj._metadata)  # type: ignore[attr-defined]
+        return copy
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_canonical(v) for v in obj)
+    return obj
+
+
 def checkpoint_bytes(payload: dict[str, Any]) -> bytes:
-    """``payload`` as ``torch.save`` bytes, the same bytes for the same state whatever the file name
-    (saved to a file, torch would write the temporary file's name into the archive)."""
+    """``payload`` as ``torch.save`` bytes, the same bytes for the same state: whatever the file name
+    (saved to a file, torch would write the temporary file's name into the archive) and however the
+    state was reached (a resumed run writes what an uninterrupted one writes)."""
     buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    torch.save(_canonical(payload), buffer)
     return buffer.getvalue()
 
 
