@@ -214,3 +214,19 @@ def test_stage_inputs_keyed_by_content_even_with_the_same_size_and_mtime(tmp_pat
     assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
     after = StageStore(tmp_path / "run").fingerprint(corpus)
     assert hash_json(after) != hash_json(before)
+
+
+def test_dimred_folder_cannot_name_python_code_as_its_teacher(tmp_path, monkeypatch, capsys):
+    marker = tmp_path / "pwned"
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "evil_teacher_mod.py").write_text(
+        f"import os\ndef make():\n    os.mkdir({str(marker)!r})\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))  # an installed module with a no-argument callable
+    folder = tmp_path / "dimred"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "loader": "tinyglot.distill.dimred:load_dimred", "kind": "dimred", "teacher": "python:evil_teacher_mod:make",
+        "teacher_identity": "x", "dim": 8, "teacher_dim": 16}))
+    for message in _all_entry_points(folder, capsys):
+        assert "may not choose code to run" in message
+    assert not marker.exists()
