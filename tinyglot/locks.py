@@ -123,9 +123,9 @@ def acquire(path: str | Path, what: str) -> None:
         if not same:  # the previous owner removed the file between our open and flock: retry
             os.close(fd)
             continue
-        info = lock_info(path)
+        info = lock_info(path) or {}
         # we hold the flock, so a live pid of this host is a reused pid; another host cannot be checked
-        held_elsewhere = info and info.get("pid") != os.getpid() and not _is_stale(info, host)
+        held_elsewhere = bool(info) and info.get("pid") != os.getpid() and not _is_stale(info, host)
         if held_elsewhere and (info.get("host") != host or fcntl is None):
             os.close(fd)
             raise LockedError(
