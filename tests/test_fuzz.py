@@ -236,3 +236,26 @@ def test_bundle_model_file(data, onnx_bundle):
     seed = (onnx_bundle / "model.onnx").read_bytes()
     blob = data.draw(st.one_of(st.binary(max_size=200), st.integers(1, len(seed) - 1).map(lambda n: seed[:n])))
     _fuzz_file(onnx_bundle, "model.onnx", blob)
+
+
+# ------------------------------------------------------------------------------ evaluation inputs
+@pytest.mark.parametrize("kind", ["testset", "sts"])
+@FUZZ
+@given(data=st.data())
+def test_evaluation_files(kind, data):
+    from tinyglot.data.embedded import load_testset
+    from tinyglot.evaluation.tasks import read_sts
+
+    seed = b"de\tHello\tHallo\nfr\tThanks\tMerci\n" if kind == "testset" else b"a cat\tone cat\t4.5\nx\ty\t0\n"
+    blob = data.draw(file_bytes(seed))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(Path(tmp), "test.tsv", blob, data.draw(st.booleans()))
+        try:
+            result = load_testset(path) if kind == "testset" else read_sts(path)
+        except TinyglotError:
+            return
+        if kind == "sts":
+            a, b, gold = result
+            assert len(a) == len(b) == len(gold)
+        else:
+            assert all(isinstance(p.x, str) and p.x for pairs in result.values() for p in pairs)
