@@ -33,9 +33,10 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.locks import file_lock
 
 from .profiles import DeviceProfile, describe_cpu, detect_host, load_profile
-from .runner import input_roles
+from .runner import PARENT_ENV, input_roles
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 RESULT_TAG = "TINYGLOT_BENCH_RESULT"
@@ -202,7 +203,7 @@ class LocalTarget:
         flags = ["-P"] if self.python == sys.executable and sys.version_info >= (3, 11) else []
         try:
             proc = subprocess.run([self.python, *flags, str(RUNNER), fh.name], capture_output=True, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout, env={**os.environ, PARENT_ENV: str(os.getpid())})
         except subprocess.TimeoutExpired:
             raise TinyglotError(f"the runner took more than {timeout:.0f} s", "lower --min-seconds/--min-queries") from None
         finally:
@@ -632,10 +633,11 @@ def run_bench(
     target = make_target(profile)
     host = target.host_info()
     run = BenchRun(profile.name, Path(db_path), host=host)
-    conn = connect(db_path)
     combos = [(m, t, b, s) for m in models for t in threads for b in batch for s in seq]
     callback = progress if callable(progress) else None
-    with tempfile.TemporaryDirectory(prefix="tinyglot-bench-") as tmp, _progress(progress is True) as bar:
+    with file_lock(Path(f"{db_path}.lock"), "tinyglot bench"), \
+            tempfile.TemporaryDirectory(prefix="tinyglot-bench-") as tmp, _progress(progress is True) as bar:
+        conn = connect(db_path)  # one bench at a time per database (no interleaved runs, no "database is locked")
         task = bar.add_task(f"bench on {profile.name}", total=len(combos))
         inputs: dict[str, Path] = {}
         prepared: dict[tuple[str, str], dict] = {}
@@ -671,7 +673,7 @@ def run_bench(
             if callback:
                 callback(row)
             bar.advance(task)
-    conn.close()
+        conn.close()
     return run
 
 

@@ -45,6 +45,42 @@ import time
 RESULT_TAG = "TINYGLOT_BENCH_RESULT"
 ERROR_TAG = "TINYGLOT_BENCH_ERROR"
 PROTOCOL = 1
+PARENT_ENV = "TINYGLOT_BENCH_PARENT"  # the pid of the process that started the runner
+
+
+# ------------------------------------------------------------------ lifetime
+def tie_to_parent(parent: int | None) -> str:
+    """End this process when ``parent`` dies (a killed ``tinyglot bench`` leaves no runner behind).
+
+    Linux: the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``); elsewhere a
+    daemon thread checks twice a second whether the process was re-parented.  Returns the mechanism.
+    """
+    if not parent:
+        return "none"
+    if os.getppid() != parent:  # the parent died before we got here
+        os._exit(3)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+                if os.getppid() != parent:  # died between the check and prctl
+                    os._exit(3)
+                return "pdeathsig"
+        except (OSError, AttributeError):
+            pass
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+    return "watchdog"
 
 
 # ------------------------------------------------------------------ memory
@@ -401,6 +437,8 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         print("usage: runner.py SETTINGS.json", file=sys.stderr)
         return 2
+    parent = os.environ.get(PARENT_ENV, "")
+    tie_to_parent(int(parent) if parent.isdigit() else None)
     try:
         with open(argv[0], encoding="utf-8") as fh:
             settings = json.load(fh)

@@ -26,37 +26,53 @@ def student_preset(recipe: str, student: str | None) -> str:
     return name
 
 
+def distill_out(args: argparse.Namespace) -> Path:
+    """The run folder of ``tinyglot distill`` (--out, else the recipes' default runs/distill/NAME)."""
+    if args.out is not None:
+        return Path(args.out)
+    if args.recipe == "dimred":
+        return Path("runs") / "distill" / f"dimred-{args.dim}"
+    return Path("runs") / "distill" / student_preset("multistage" if args.recipe == "multistage" else "lealla",
+                                                     args.student)
+
+
+def _run_recipe(args: argparse.Namespace, say) -> dict:
+    from tinyglot.cli import config_overrides
+
+    if args.recipe == "dimred":
+        from .run import run_dimred
+
+        return run_dimred(args.dim, teacher=args.teacher, data=args.data, out=args.out,
+                          progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
+                          say=say)
+    if args.recipe == "multistage":
+        from .multistage import run_multistage
+
+        return run_multistage(student=student_preset("multistage", args.student), teacher=args.teacher,
+                              assistant=args.assistant, stages=args.stages, data=args.data, out=args.out,
+                              overrides=config_overrides(args), progress=not args.no_progress,
+                              cache_dir=args.cache_dir, test_data=args.test_data, say=say)
+    from .run import run_distill
+
+    return run_distill(student=student_preset("lealla", args.student), teacher=args.teacher, data=args.data,
+                       out=args.out, overrides=config_overrides(args), resume=args.resume,
+                       progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
+                       vocab_size=args.vocab_size, say=say)
+
+
 def cmd_distill(args: argparse.Namespace) -> int:
     from tinyglot.cli import make_console
     from rich.markup import escape
-
-    from tinyglot.cli import config_overrides
 
     console = make_console()
     say = lambda msg: console.print(escape(msg))  # noqa: E731
     if args.recipe != "multistage" and (args.assistant or args.stages):
         raise TinyglotError("--assistant and --stages belong to --recipe multistage",
                             "add --recipe multistage, or drop them")
-    if args.recipe == "dimred":
-        from .run import run_dimred
+    from tinyglot.locks import run_lock
 
-        report = run_dimred(args.dim, teacher=args.teacher, data=args.data, out=args.out,
-                            progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
-                            say=say)
-    elif args.recipe == "multistage":
-        from .multistage import run_multistage
-
-        report = run_multistage(student=student_preset("multistage", args.student), teacher=args.teacher,
-                                assistant=args.assistant, stages=args.stages, data=args.data, out=args.out,
-                                overrides=config_overrides(args), progress=not args.no_progress,
-                                cache_dir=args.cache_dir, test_data=args.test_data, say=say)
-    else:
-        from .run import run_distill
-
-        report = run_distill(student=student_preset("lealla", args.student), teacher=args.teacher, data=args.data,
-                             out=args.out, overrides=config_overrides(args), resume=args.resume,
-                             progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
-                             vocab_size=args.vocab_size, say=say)
+    with run_lock(distill_out(args), "tinyglot distill"):  # one run per folder
+        report = _run_recipe(args, say)
     out = Path(report.get("run_dir") or Path(report["student_dir"]).parent)
     console.print((out / "report.md").read_text(encoding="utf-8"))
     console.print(f"student: {report['student_dir']}  report: {out / 'report.md'}, {out / 'report.json'}")

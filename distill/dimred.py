@@ -71,16 +71,26 @@ def train_dimred(teacher, teacher_spec: str, pairs: list[Pair], out: str | Path,
     return out
 
 
-def load_dimred(path: str | Path, device: str = "cpu") -> DimRedEncoder:
+def load_dimred(path: str | Path, device: str = "cpu", teacher: str | None = None) -> DimRedEncoder:
+    """The dimension-reduction encoder of ``path`` over the teacher its config names (``teacher``:
+    the spec to use instead, e.g. a ``python:`` teacher, which a folder may not name itself)."""
     from .teachers import load_teacher_encoder
 
     path = Path(path)
     cfg = read_model_config(path)
-    teacher = load_teacher_encoder(cfg["teacher"], device=device)
-    if teacher.identity() != cfg["teacher_identity"]:
-        raise TinyglotError(f"the teacher at {cfg['teacher']} changed since {path} was trained",
+    spec = teacher if teacher is not None else cfg.get("teacher")
+    if not isinstance(spec, str) or not spec.strip():
+        raise TinyglotError(f"{path}/config.json names no teacher", "retrain it (tinyglot distill --recipe dimred)")
+    if teacher is None and spec.strip().lower().startswith("python:"):
+        raise TinyglotError(
+            f"{path}/config.json names the teacher {spec!r}, python code to import and call; a model folder "
+            "may not choose code to run, so it was not loaded",
+            f"if you trust that code, pass it yourself: load_dimred({str(path)!r}, teacher={spec!r})")
+    teacher_enc = load_teacher_encoder(spec, device=device)
+    if teacher_enc.identity() != cfg["teacher_identity"]:
+        raise TinyglotError(f"the teacher at {spec} changed since {path} was trained",
                             "retrain the dimension-reduction layer (tinyglot distill --recipe dimred)")
     ck = load_checkpoint(path / "dense.pt", expect={"kind": KIND, "dim": cfg["dim"]})
     dense = torch.nn.Linear(cfg["teacher_dim"], cfg["dim"])
     dense.load_state_dict(ck["model"])
-    return DimRedEncoder(teacher, dense, name=f"dimred-{cfg['dim']}")
+    return DimRedEncoder(teacher_enc, dense, name=f"dimred-{cfg['dim']}")

@@ -6,13 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import BertModel
 
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_folder, atomic_write_json
-from tinyglot.models import TorchEncoder, bert_config, load_folder_tokenizer, mean_pool, read_model_config
+from tinyglot.models import (TorchEncoder, bert_config, config_section, load_folder_tokenizer, mean_pool,
+                             read_model_config)
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
 
@@ -141,14 +143,14 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
                               "pass the student folder written by `tinyglot distill`")
     tokenizer = load_folder_tokenizer(path, cfg["tokenizer"], cfg.get("tokenizer_sha256"), "student", "trained",
                                       CheckpointError)
-    scfg = from_dict(StudentConfig, cfg["student"])
+    scfg = from_dict(StudentConfig, config_section(path, cfg, "student"))
     if scfg.vocab_size != tokenizer.vocab_size:
         raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces, the student expects {scfg.vocab_size}",
                               "use the tokenizer the student was trained with")
     model = Student(scfg)
     try:
         model.encoder = BertModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # a truncated model.safetensors
         raise CheckpointError(f"the student weights in {path / 'model'} cannot be read ({exc})",
                               "re-create the student (tinyglot distill ... --resume finishes a run)") from None
     if model.output is not None:
@@ -167,4 +169,4 @@ def load_student(path: str | Path, device: str = "cpu") -> TorchEncoder:
     model, tokenizer, cfg = load_student_model(path)
     dev = select_device(device)
     model.to(dev)
-    return TorchEncoder(tokenizer, model.embed, cfg["max_len"], dev, name=f"student ({Path(path).name})")
+    return TorchEncoder(tokenizer, model.embed, cfg.get("max_len"), dev, name=f"student ({Path(path).name})")

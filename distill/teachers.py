@@ -207,18 +207,17 @@ class TinyglotModelEncoder(_Teacher):
     kind = "tinyglot"
 
     def __init__(self, path: str | Path, device: str = "cpu", **kwargs) -> None:
-        from tinyglot.models import load_encoder, read_model_config
+        from tinyglot.models import load_encoder, loader_function, read_model_config
 
         path = Path(path).resolve()
         cfg = read_model_config(path)
         loader = cfg.get("loader")
         if isinstance(loader, str) and ":" in loader and device is not None:
             try:
-                mod, func = loader.split(":", 1)
-                params = inspect.signature(getattr(importlib.import_module(mod), func)).parameters
+                params = inspect.signature(loader_function(loader, path)).parameters  # registered loaders only
                 if "device" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
                     kwargs.setdefault("device", device)
-            except (ImportError, AttributeError, TypeError, ValueError):
+            except (TinyglotError, TypeError, ValueError):
                 pass  # load_encoder reports an unusable loader clearly
         self.inner = load_encoder(path, **kwargs)
         super().__init__(getattr(self.inner, "name", "") or f"tinyglot:{path.name}", str(path))

@@ -24,8 +24,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.integrity import check_sha256, file_digests
 from tinyglot.io import atomic_write_json
-from tinyglot.models import read_model_config
+from tinyglot.models import config_files, folder_file, read_model_config
 
 BUNDLE_KIND = "bundle"
 CONFIG = "config.json"
@@ -93,7 +94,7 @@ def source_sha(path: str | Path, cfg: dict) -> str:
     """sha256 over the source's config.json, tokenizer and weight files (names and bytes)."""
     path = Path(path)
     digest = hashlib.sha256()
-    tok = path / cfg.get("tokenizer", TOKENIZER)
+    tok = folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")
     for f in [path / CONFIG, tok, *source_weight_files(path, cfg)]:
         if f.is_file():
             digest.update(f.relative_to(path).as_posix().encode() + b"\0")
@@ -186,16 +187,21 @@ def parity_summary(report, gated: bool) -> dict:
 
 
 def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool) -> None:
-    """Write config.json (which makes the bundle loadable) only if parity passed or is not gated."""
+    """Write config.json (which makes the bundle loadable) only if parity passed or is not gated.
+
+    ``cfg["sha256"]`` records the digest of every file the bundle's loader reads (model files and
+    tokenizer); :func:`read_bundle` checks them, so a swapped or damaged file is refused."""
     out = Path(out)
     if parity_gate and not report.passed:
         report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
                                "Pass --no-parity-gate to keep it anyway")
+    cfg["sha256"] = file_digests(out, [*cfg["files"], cfg.get("tokenizer", TOKENIZER)])
     write_bundle_config(out, cfg)
 
 
 def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
-    """A bundle's config, checked: kind ``bundle``, the expected format, model files present."""
+    """A bundle's config, checked: kind ``bundle``, the expected format, model files present (names
+    inside the folder) and unchanged since the export (the sha256 its config recorded)."""
     path = Path(path)
     cfg = read_model_config(path)
     if cfg.get("kind") != BUNDLE_KIND:
@@ -203,9 +209,21 @@ def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
                             "pass the --out folder of `tinyglot export`")
     if fmt is not None and cfg.get("format") != fmt:
         raise TinyglotError(f"{path} is a {cfg.get('format')!r} bundle, not {fmt!r}")
-    for name in [*cfg.get("files", []), cfg.get("tokenizer", TOKENIZER)]:
-        if not (path / name).is_file():
-            raise TinyglotError(f"{path} lacks {name}", "re-run `tinyglot export` into a fresh folder")
+    files = config_files(path, cfg, "files")
+    if not files:
+        raise TinyglotError(f"{path}/config.json lists no model files", "re-run `tinyglot export` into a fresh folder")
+    for file in [*files, folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")]:
+        if not file.is_file():
+            raise TinyglotError(f"{path} lacks {file.relative_to(path)}", "re-run `tinyglot export` into a fresh folder")
+    max_len = cfg.get("max_len")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
+        raise TinyglotError(f"{path}/config.json: max_len is {max_len!r}, not a whole number >= 2",
+                            "re-run `tinyglot export` into a fresh folder")
+    if not isinstance(cfg.get("quantization", {}), dict):
+        raise TinyglotError(f"{path}/config.json: 'quantization' is not an object",
+                            "re-run `tinyglot export` into a fresh folder")
+    if "sha256" in cfg:  # bundles exported before the digests were recorded have none
+        check_sha256(path, cfg["sha256"])
     return cfg
 
 

@@ -27,6 +27,31 @@ def default_out(model: Path, fmt: str, quantize: str) -> Path:
     return model.resolve().parent / f"{model.resolve().name}-{fmt}{suffix}"
 
 
+def _export(args: argparse.Namespace, out: Path, kwargs: dict, say):
+    """``(ExportResult, PruneResult | None)`` of the export the arguments ask for."""
+    pruning = None
+    if args.prune_vocab:
+        from .prune import prune_and_export
+
+        languages = [x.strip() for x in args.languages.split(",") if x.strip()] if args.languages else None
+        result, pruning = prune_and_export(args.model, out, args.format, languages=languages, corpus=args.corpus,
+                                           student_out=args.pruned_student, say=say, **kwargs)
+    elif args.format == "onnx":
+        from .onnx import export_onnx
+
+        q = kwargs.pop("quantization")
+        result = export_onnx(args.model, out, q, say=say, **kwargs)
+    elif args.format == "tflite":
+        from .tflite import export_tflite
+
+        result = export_tflite(args.model, out, say=say, **kwargs)
+    else:
+        from .savedmodel import export_savedmodel
+
+        result = export_savedmodel(args.model, out, say=say, **kwargs)
+    return result, pruning
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from tinyglot.cli import make_console
     from rich.markup import escape
@@ -73,26 +98,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         kwargs = dict(common)
     else:  # pragma: no cover - argparse restricts the choices
         raise TinyglotError(f"unknown format {args.format!r}", f"choose one of: {', '.join(FORMATS)}")
-    pruning = None
-    if args.prune_vocab:
-        from .prune import prune_and_export
+    from tinyglot.locks import run_lock
 
-        languages = [x.strip() for x in args.languages.split(",") if x.strip()] if args.languages else None
-        result, pruning = prune_and_export(args.model, out, args.format, languages=languages, corpus=args.corpus,
-                                           student_out=args.pruned_student, say=say, **kwargs)
-    elif args.format == "onnx":
-        from .onnx import export_onnx
-
-        q = kwargs.pop("quantization")
-        result = export_onnx(args.model, out, q, say=say, **kwargs)
-    elif args.format == "tflite":
-        from .tflite import export_tflite
-
-        result = export_tflite(args.model, out, say=say, **kwargs)
-    else:
-        from .savedmodel import export_savedmodel
-
-        result = export_savedmodel(args.model, out, say=say, **kwargs)
+    with run_lock(out, "tinyglot export"):  # one export per folder; leftovers of a killed one are removed
+        result, pruning = _export(args, out, kwargs, say)
     console.print(result.parity.to_table())
     table = Table(title=f"bundle {result.out}")
     table.add_column("file")

@@ -485,14 +485,14 @@ class OnnxEncoder:
 
 def load_onnx_bundle(path: str | Path, threads: int = 1, device: str = "cpu", **_: Any) -> OnnxEncoder:
     """The loader named in an ONNX bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
-    from tinyglot.models import load_folder_tokenizer
+    from tinyglot.models import folder_file, load_folder_tokenizer
 
     path = Path(path)
     cfg = read_bundle(path, FORMAT)
     tokenizer = load_folder_tokenizer(path, cfg.get("tokenizer", TOKENIZER), cfg.get("tokenizer_sha256"), "bundle",
                                       "exported")
     q = cfg.get("quantization", {}).get("name") or cfg.get("quantization", {}).get("mode", "")
-    return OnnxEncoder(path / cfg["files"][0], tokenizer, cfg["max_len"], threads=threads, device=device,
+    return OnnxEncoder(folder_file(path, cfg["files"][0], "'files'"), tokenizer, cfg["max_len"], threads=threads, device=device,
                        name=f"onnx{'-' + q if q and q != 'none' else ''} ({path.name})")
 
 

@@ -395,14 +395,14 @@ class TFLiteEncoder:
 
 def load_tflite_bundle(path: str | Path, threads: int = 1, **_: Any) -> TFLiteEncoder:
     """The loader named in a TFLite bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
-    from tinyglot.models import load_folder_tokenizer
+    from tinyglot.models import folder_file, load_folder_tokenizer
 
     path = Path(path)
     cfg = read_bundle(path, FORMAT)
     tokenizer = load_folder_tokenizer(path, cfg.get("tokenizer", TOKENIZER), cfg.get("tokenizer_sha256"), "bundle",
                                       "exported")
     q = cfg.get("quantization", {}).get("mode", "")
-    return TFLiteEncoder(path / cfg["files"][0], tokenizer, cfg["max_len"], threads=threads,
+    return TFLiteEncoder(folder_file(path, cfg["files"][0], "'files'"), tokenizer, cfg["max_len"], threads=threads,
                          name=f"tflite{'-' + q if q and q != 'none' else ''} ({path.name})")
 
 

@@ -22,8 +22,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     preset = get_preset(args.preset, config_overrides(args))
     if args.print_config:
         make_console().print_json(json.dumps(to_dict(preset)))
-    result = train_teacher(preset, args.out, data=args.data, tokenizer=args.tokenizer,
-                           preset_name=args.preset, resume=args.resume, progress=not args.no_progress)
+    from tinyglot.locks import run_lock
+
+    with run_lock(args.out, "tinyglot teacher train"):  # one run per folder; a failed run leaves no empty folder
+        result = train_teacher(preset, args.out, data=args.data, tokenizer=args.tokenizer,
+                               preset_name=args.preset, resume=args.resume, progress=not args.no_progress)
     if os.environ.get("RANK", "0") != "0":
         return 0
     best = "n/a" if result.best_dev_p1 is None else f"{100 * result.best_dev_p1:.1f}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tinyglot.config import from_dict
 from tinyglot.errors import CheckpointError
-from tinyglot.models import TorchEncoder, read_model_config
+from tinyglot.models import TorchEncoder, config_section, folder_file, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import load_checkpoint, select_device
 
@@ -25,8 +25,8 @@ def load_model(path: str | Path, which: str = "best") -> tuple[EMSModel, Tokeniz
     if cfg.get("kind") != "ems-teacher":
         raise CheckpointError(f"{path} is not an EMS teacher run (kind={cfg.get('kind')!r})",
                               "pass the --out folder of `tinyglot teacher train`")
-    tokenizer = Tokenizer.load(path / cfg.get("tokenizer", "tokenizer.model"))
-    model_cfg = from_dict(EMSModelConfig, cfg["model"])
+    tokenizer = Tokenizer.load(folder_file(path, cfg.get("tokenizer", "tokenizer.model"), "'tokenizer'"))
+    model_cfg = from_dict(EMSModelConfig, config_section(path, cfg, "model"))
     ck_path = path / f"{which}.pt"
     if which == "best" and not ck_path.exists():
         ck_path = path / "last.pt"
@@ -43,7 +43,7 @@ def load_teacher(path: str | Path, which: str = "best", device: str = "cpu") -> 
     model, tokenizer, cfg = load_model(path, which)
     dev = select_device(device)
     model.to(dev)
-    return TorchEncoder(tokenizer, model.embed, cfg["max_len"], dev, name=f"ems-teacher ({Path(path).name})")
+    return TorchEncoder(tokenizer, model.embed, cfg.get("max_len"), dev, name=f"ems-teacher ({Path(path).name})")
 
 
 __all__ = ["load_model", "load_teacher"]

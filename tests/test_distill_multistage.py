@@ -308,12 +308,12 @@ def test_a_stage_resumes_after_an_interrupt(small_pairs, tiny_teacher_dir, assis
 
     with pytest.raises(KeyboardInterrupt):
         _trainer(small_pairs, tiny_teacher_dir, assistant_dir, tmp_path / "cut", cache=cache).run([3], on_step=stop)
-    assert torch.load(tmp_path / "cut" / "stage3" / "last.pt", weights_only=False)["step"] == 5
+    assert torch.load(tmp_path / "cut" / "stage3" / "last.pt", weights_only=True)["step"] == 5
     assert not (tmp_path / "cut" / "stage3" / "student").exists()
     resumed = _trainer(small_pairs, tiny_teacher_dir, assistant_dir, tmp_path / "cut", cache=cache).run([3])
     assert not resumed[0].skipped
-    a = torch.load(tmp_path / "full" / "stage3" / "last.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "cut" / "stage3" / "last.pt", weights_only=False)["model"]
+    a = torch.load(tmp_path / "full" / "stage3" / "last.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "cut" / "stage3" / "last.pt", weights_only=True)["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert weights_sha(tmp_path / "full" / "stage3" / "student") == weights_sha(tmp_path / "cut" / "stage3" / "student")
 

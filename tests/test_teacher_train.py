@@ -55,14 +55,17 @@ def test_resume_after_interrupt_gives_identical_weights(small_pairs, tokenizer, 
 
     with pytest.raises(KeyboardInterrupt):
         _train(small_pairs, tokenizer, tmp_path / "cut", on_step=interrupt)
-    assert torch.load(tmp_path / "cut" / "last.pt", weights_only=False)["step"] == 20
+    assert torch.load(tmp_path / "cut" / "last.pt", weights_only=True)["step"] == 20
     _train(small_pairs, tokenizer, tmp_path / "cut", resume=True)
-    full = torch.load(tmp_path / "full" / "last.pt", weights_only=False)
-    cut = torch.load(tmp_path / "cut" / "last.pt", weights_only=False)
+    full = torch.load(tmp_path / "full" / "last.pt", weights_only=True)
+    cut = torch.load(tmp_path / "cut" / "last.pt", weights_only=True)
     assert full["step"] == cut["step"] == 40
     for name, tensor in full["model"].items():
         assert torch.equal(tensor, cut["model"][name]), name
     assert _losses(tmp_path / "full") == _losses(tmp_path / "cut")
+    # byte-reproducible checkpoints: the resumed run's files are the uninterrupted run's, byte for byte
+    for name in ("last.pt", "best.pt"):
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "cut" / name).read_bytes(), name
 
 
 def test_checkpoint_round_trip_and_bad_checkpoints(small_pairs, tokenizer, tmp_path):

@@ -51,6 +51,12 @@ def config_overrides(args: argparse.Namespace) -> dict:
 SPEC_PREFIXES = ("peer", "pypi", "python", "tfhub", "st", "hf", "tinyglot")
 
 
+def add_header_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                   help="TSV files start with a row of column names (--no-header: they do not; "
+                        "default: detect rows such as en<TAB>de or source<TAB>target)")
+
+
 def load_encoder_arg(spec: str, device: str = "cpu"):
     """``tfidf`` (the baseline, IDF fitted on the embedded corpus), a tinyglot model folder, a peer by
     name (``e5-small``, ``use-m``) or any teacher spec (``pypi:``, ``python:``, ``tfhub:``, ...)."""
@@ -88,7 +94,7 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
 
     from tinyglot.data.embedded import load_pairs
 
-    pairs = load_pairs(args.input, lang=args.lang)
+    pairs = load_pairs(args.input, lang=args.lang, header=args.header)
     counts = Counter(p.lang for p in pairs)
     table = Table(title=f"{args.input or 'embedded corpus'}: {len(pairs):,} pairs, {len(counts)} languages")
     table.add_column("lang")
@@ -109,7 +115,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
     cfg = CleanConfig(min_chars=args.min_chars, max_chars=args.max_chars, max_len_ratio=args.max_ratio,
                       per_lang_cap=None if sample else args.cap)
     stats = CleanStats()
-    pairs = list(clean_pairs(read_corpus(args.input, lang=args.lang), cfg, stats=stats))
+    pairs = list(clean_pairs(read_corpus(args.input, lang=args.lang, header=args.header), cfg, stats=stats))
     dropped: dict[str, int] = {}
     if sample:  # split first, so that the held-out side is not limited by the training cap
         pairs, dropped = select_languages(pairs, language_list(args.languages), args.min_pairs, None, args.seed)
@@ -205,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = dsub.add_parser("stats", help="pairs per language of a corpus (default: the embedded corpus)")
     p.add_argument("input", nargs="?", type=Path, help="corpus file or folder")
     p.add_argument("--lang", help="language of the non-English side when the file name does not say")
+    add_header_option(p)
     p.set_defaults(func=cmd_data_stats)
     p = dsub.add_parser("prepare", help="clean (dedup, length, ratio, copies), cap and split into train/dev")
     p.add_argument("input", type=Path, help="corpus file or folder")
@@ -227,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "each translation once per language (a test set of full sentences)")
     p.add_argument("--dev-cap", type=int, default=None, help="held-out pairs: at most this many per language")
     p.add_argument("--seed", type=int, default=0)
+    add_header_option(p)
     p.set_defaults(func=cmd_data_prepare)
     p = dsub.add_parser("vocab", help="train a SentencePiece vocabulary with one <2xx> token per language")
     p.add_argument("input", nargs="?", type=Path, help="corpus file or folder (default: embedded corpus)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -61,6 +62,7 @@ def atomic_folder(out: str | Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         yield tmp
+        apply_umask(tmp)  # mkdtemp made it 0700 (and some writers make 0600 files): the usual permissions
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if out.exists():
@@ -69,6 +71,54 @@ def atomic_folder(out: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def apply_umask(folder: str | Path) -> None:
+    """Give ``folder`` and everything under it the permissions of a plain write under the umask
+    (folders 0777, files 0666, executables 0777, each less the umask)."""
+    mask = _umask()
+    for root, dirs, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                executable = os.stat(path).st_mode & 0o100
+                os.chmod(path, (0o777 if executable else 0o666) & ~mask)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+
+
+# The temporaries this module and the exporters create: ``.NAME.XXXXXXXX.tmp`` files (atomic_path),
+# ``.NAME.XXXXXXXX`` and ``.NAME.old`` folders (atomic_folder), ``.export-XXXXXXXX`` folders (export).
+_STALE_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+_STALE_DIR = re.compile(r"^\.(export-[a-z0-9_]{8}|.+\.[a-z0-9_]{8}|.+\.old)$")
+
+
+def remove_stale_temporaries(folder: str | Path, depth: int = 3) -> list[Path]:
+    """Remove the temporary files and folders a killed run left in ``folder`` and its sub-folders
+    (``depth`` levels, hidden ones skipped); the removed paths.
+
+    Call it only while holding the folder's lock (:func:`tinyglot.locks.run_lock`): a running
+    writer's temporaries look the same."""
+    removed: list[Path] = []
+    top = len(Path(folder).parts)
+    for root, dirs, files in os.walk(folder):
+        if len(Path(root).parts) - top >= depth:
+            dirs[:] = []
+        for name in files:
+            if _STALE_FILE.match(name):
+                path = Path(root) / name
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        keep = []
+        for name in dirs:
+            path = Path(root) / name
+            if _STALE_DIR.match(name) and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            elif not name.startswith("."):
+                keep.append(name)
+        dirs[:] = keep
+    return removed
 
 
 def folder_bytes(path: str | Path) -> int:

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence, get_args, get_origin, get_t
 from tinyglot.config import parse_sets, read_toml, replace, to_dict, validate_positive
 from tinyglot.errors import TinyglotError
 from tinyglot.io import atomic_write_json, atomic_write_text, folder_bytes
+from tinyglot.locks import run_lock
 from tinyglot.stagecache import Marker, StageStore, hash_json
 
 DEFAULT_OUT = Path("runs/pipeline")
@@ -960,7 +961,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.profile, args.config, args.sets)
     previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     try:
-        summary = run_pipeline(cfg, args.out, progress=not args.no_progress)
+        with run_lock(args.out, "tinyglot run"):  # one run per folder
+            summary = run_pipeline(cfg, args.out, progress=not args.no_progress)
     except KeyboardInterrupt:
         from rich.console import Console
 

@@ -27,15 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from tinyglot.integrity import DigestCache, content_fingerprint
+from tinyglot.integrity import sha256_file as _sha256_file
 from tinyglot.io import atomic_write_json
 
 
 def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """sha256 of a file (cached per file version: see :mod:`tinyglot.integrity`)."""
+    return _sha256_file(path)
 
 
 def hash_json(obj: Any) -> str:
@@ -122,6 +121,14 @@ class StageStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.folder = self.root / "stages"
+        self.digests = DigestCache(self.folder / ".digests.json")
+
+    def fingerprint(self, path: str | Path) -> dict[str, str]:
+        """Content hashes of a stage input (a corpus file or folder), hashed once per file version
+        across runs (the digests are kept in ``stages/.digests.json``)."""
+        result = content_fingerprint(path, self.digests)
+        self.digests.save()
+        return result
 
     def marker_path(self, stage: str) -> Path:
         return self.folder / f"{stage}.json"

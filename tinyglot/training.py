@@ -7,9 +7,11 @@ a different configuration, the warm-up/decay schedule, a JSONL metrics log and a
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ import numpy as np
 import torch
 
 from tinyglot.errors import CheckpointError, TinyglotError
-from tinyglot.io import atomic_path
+from tinyglot.io import atomic_path, atomic_write_bytes
 
 
 # ------------------------------------------------------------------ devices and precision
@@ -89,15 +91,22 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state as tensors and plain python values (``torch.load(weights_only=True)`` reads it)."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {"python": [int(version), [int(x) for x in internal], gauss],
+                             "numpy": [str(name), [int(x) for x in keys], int(pos), int(has_gauss), float(cached)],
+                             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((str(name), np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -116,10 +125,38 @@ def warmup_linear_decay(optimizer: torch.optim.Optimizer, warmup: int, total: in
 
 
 # ------------------------------------------------------------------ checkpoints
+def _canonical(obj: Any) -> Any:
+    """A copy of nested dicts/lists/tuples whose equal strings are one object (interned).
+
+    Pickle writes an object seen before as a back-reference: without this, a resumed run (whose
+    optimizer state keys were unpickled, not interned) would write other bytes for the same state."""
+    if isinstance(obj, str):
+        return sys.intern(obj)
+    if isinstance(obj, dict):
+        copy = type(obj)((_canonical(k), _canonical(v)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a module's state_dict keeps its version information
+            copy._metadata = _canonical(obj._metadata)  # type: ignore[attr-defined]
+        return copy
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_canonical(v) for v in obj)
+    return obj
+
+
+def checkpoint_bytes(payload: dict[str, Any]) -> bytes:
+    """``payload`` as ``torch.save`` bytes, the same bytes for the same state: whatever the file name
+    (saved to a file, torch would write the temporary file's name into the archive) and however the
+    state was reached (a resumed run writes what an uninterrupted one writes)."""
+    buffer = io.BytesIO()
+    torch.save(_canonical(payload), buffer)
+    return buffer.getvalue()
+
+
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    """``torch.save`` through a temporary file and a rename: a kill never leaves half a file."""
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    """Byte-reproducible checkpoint written through a temporary file and a rename: a kill never
+    leaves half a file.  Only tensors and plain python values: :func:`load_checkpoint` runs no code."""
+    atomic_write_bytes(path, checkpoint_bytes(payload))
 
 
 def load_checkpoint(path: str | Path, expect: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -131,12 +168,15 @@ def load_checkpoint(path: str | Path, expect: dict[str, Any] | None = None) -> d
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}", "check the path, or train without --resume")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # truncated zip, pickle garbage, ...
+    try:  # weights_only: tensors and plain values only, a pickled payload is refused, never run
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, pickle garbage, code in the pickle, ...
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         raise CheckpointError(
-            f"checkpoint {path} is corrupted or not a tinyglot checkpoint ({type(exc).__name__}: {exc})",
-            "delete it and resume from another checkpoint, or train again",
+            f"checkpoint {path} is corrupted, holds more than tensors and plain values (it could run code, "
+            f"so it was not loaded), or is not a tinyglot checkpoint ({reason})",
+            "delete it and resume from another checkpoint, or train again (older tinyglot checkpoints held "
+            "numpy RNG objects: retrain them)",
         ) from None
     if not isinstance(payload, dict) or "meta" not in payload:
         raise CheckpointError(f"{path} is not a tinyglot checkpoint", "pass a file written by tinyglot")

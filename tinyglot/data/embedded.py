@@ -43,11 +43,12 @@ def default_testset_path() -> Path:
     return embedded_dir() / "test.tsv.gz"
 
 
-def load_pairs(path: str | Path | None = None, lang: str | None = None) -> list[Pair]:
-    """All pairs of a corpus file or folder (any supported format); the embedded corpus if None."""
+def load_pairs(path: str | Path | None = None, lang: str | None = None, header: bool | None = None) -> list[Pair]:
+    """All pairs of a corpus file or folder (any supported format); the embedded corpus if None.
+    ``header``: whether TSV files start with a row of column names (None: detect it)."""
     from tinyglot.data.readers import read_corpus
 
-    pairs = list(read_corpus(default_corpus_path() if path is None else Path(path), lang=lang))
+    pairs = list(read_corpus(default_corpus_path() if path is None else Path(path), lang=lang, header=header))
     if not pairs:
         raise DataError(path or default_corpus_path(), "no usable pairs", "check the file's format")
     return pairs

@@ -67,6 +67,7 @@ class ReadStats:
     skipped_untranslated: int = 0
     skipped_no_english: int = 0
     skipped_other_lang: int = 0
+    skipped_header: int = 0
 
     @property
     def skipped(self) -> int:
@@ -213,16 +214,54 @@ def _logged(pairs: Iterable[Pair], stats: ReadStats, source: Path) -> Iterator[P
 # TSV
 
 
+_HEADER_WORDS = frozenset({"en", "eng", "english", "source", "target", "src", "tgt", "text", "sentence",
+                           "sentences", "translation", "x", "lang", "language", "original"})
+_ENGLISH_HEADERS = frozenset({"en", "eng", "english", "source", "src", "text", "sentence", "original"})
+
+
+def _header_word(col: str) -> bool:
+    """Whether a TSV cell reads as a column name: a header word or a language code/name."""
+    word = col.strip().strip("#").strip().lower()
+    if word in _HEADER_WORDS:
+        return True
+    if not word or len(word) > 20 or " " in word:
+        return False
+    try:
+        normalize_lang(word)
+    except UnknownLanguageError:
+        return False
+    return True
+
+
+def looks_like_header(cols: list[str]) -> bool:
+    """Whether the first row of a TSV file names its columns (``en<TAB>de``, ``english<TAB>german``,
+    ``source<TAB>target``) instead of holding a pair."""
+    return (len(cols) == 2 and all(_header_word(c) for c in cols)
+            and any(c.strip().strip("#").strip().lower() in _ENGLISH_HEADERS for c in cols))
+
+
 def _tsv(path: Path, lang: str, english_first: bool, max_line_chars: int,
-         stats: ReadStats) -> Iterator[Pair]:
-    """Pairs from a two-column TSV file (internal: no count check, no logging)."""
+         stats: ReadStats, header: bool | None = None) -> Iterator[Pair]:
+    """Pairs from a two-column TSV file (internal: no count check, no logging).
+
+    ``header``: True skips the first non-blank line, False reads it as a pair, None skips it when
+    it reads as column names (:func:`looks_like_header`)."""
+    first = True
     for lineno, line in iter_lines(path, max_line_chars):
         if line is None:
             stats.skipped_too_long += 1
+            first = False
             continue
         if not line.strip():
             continue
         cols = line.split("\t")
+        if first:
+            first = False
+            if header or (header is None and looks_like_header(cols)):
+                stats.skipped_header += 1
+                logger.info("%s:%d: skipped the header row %r (pass --no-header to read it as a pair)",
+                            path, lineno, line[:80])
+                continue
         if len(cols) != 2:
             raise DataError(
                 path, f"expected 2 tab-separated columns, found {len(cols)}",
@@ -239,16 +278,17 @@ def _tsv(path: Path, lang: str, english_first: bool, max_line_chars: int,
 
 def read_tsv(path: str | Path, lang: str | None = None, english_first: bool = True, *,
              max_line_chars: int = MAX_LINE_CHARS,
-             stats: ReadStats | None = None) -> Iterator[Pair]:
+             stats: ReadStats | None = None, header: bool | None = None) -> Iterator[Pair]:
     """Read ``english<TAB>x`` lines (``x<TAB>english`` when ``english_first`` is False).
 
     ``lang`` defaults to the language in the file name (``de.tsv``, ``pt-BR.tsv``).  Blank lines
-    are skipped; a line without exactly two columns raises DataError.
+    are skipped; a line without exactly two columns raises DataError.  A first row of column names
+    is skipped (``header``: True always skips the first row, False never, None detects it).
     """
     p = _check_file(path)
     code = _resolve_lang(lang, p)
     st = stats if stats is not None else ReadStats()
-    return _logged(_counted(p, _tsv(p, code, english_first, max_line_chars, st), st), st, p)
+    return _logged(_counted(p, _tsv(p, code, english_first, max_line_chars, st, header), st), st, p)
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,6 +388,10 @@ def _json_pair(line: str, path: Path, lineno: int) -> tuple[str, str, str, str, 
     except json.JSONDecodeError as exc:
         raise DataError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", _JSONL_FIX,
                         line=lineno) from None
+    except RecursionError:
+        raise DataError(path, "JSON nested too deeply to read", _JSONL_FIX, line=lineno) from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise DataError(path, f"unreadable JSON value ({exc})", _JSONL_FIX, line=lineno) from None
     if not isinstance(obj, dict):
         raise DataError(path, f"expected a JSON object, found {type(obj).__name__}",
                         _JSONL_FIX, line=lineno)
@@ -358,6 +402,14 @@ def _json_pair(line: str, path: Path, lineno: int) -> tuple[str, str, str, str, 
     if not all(isinstance(v, str) for v in values):
         raise DataError(path, "lang, x, en, src and license must be strings", _JSONL_FIX,
                         line=lineno)
+    for key, value in zip(("lang", "x", "en", "src", "license"), values):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DataError(path, f"{key} holds a lone surrogate {value[exc.start]!r} (an escape such as "
+                            "\\ud800 without its pair), which is not text",
+                            "fix or drop the line; write the character itself or both halves of the "
+                            "surrogate pair", line=lineno) from None
     return tuple(values)  # type: ignore[return-value]
 
 
@@ -585,15 +637,40 @@ def _tu_pairs(variants: list[tuple[str, str]], only: str | None, max_line_chars:
             yield pair
 
 
+MAX_XML_DEPTH = 100
+"""Deepest element nesting a TMX file may have (real files nest 5-8 deep)."""
+_TMX_CHUNK = 1 << 16
+
+
+def _xml_events(f: BinaryIO) -> Iterator[tuple[str, ET.Element, int]]:
+    """``(event, element, line)`` of an XML stream, fed line by line (at most 64 KiB at a time) so
+    that each event knows its line."""
+    parser = ET.XMLPullParser(events=("start", "end"))
+    line = 1
+    while chunk := f.readline(_TMX_CHUNK):
+        parser.feed(chunk)
+        for event, elem in parser.read_events():
+            yield event, elem, line
+        line += chunk.count(b"\n")
+    parser.close()
+    for event, elem in parser.read_events():
+        yield event, elem, line
+
+
 def _tmx(path: Path, only: str | None, max_line_chars: int, stats: ReadStats) -> Iterator[Pair]:
     """Pairs from a TMX file, parsed incrementally; finished ``<tu>`` are dropped."""
     stack: list[ET.Element] = []
     index = 0
+    line = 1
     try:
         with _open_binary(path) as f:
-            for event, elem in ET.iterparse(f, events=("start", "end")):
+            for event, elem, line in _xml_events(f):
                 if event == "start":
                     stack.append(elem)
+                    if len(stack) > MAX_XML_DEPTH:
+                        raise DataError(path, f"elements nested more than {MAX_XML_DEPTH} deep "
+                                        f"(<{_local(elem.tag)[:40]}>)", "check the TMX file (xmllint --noout "
+                                        "FILE); a translation memory never nests that deep", line=line)
                     continue
                 stack.pop()
                 if _local(elem.tag) != "tu":
@@ -605,9 +682,13 @@ def _tmx(path: Path, only: str | None, max_line_chars: int, stats: ReadStats) ->
                 if stack:
                     stack[-1].remove(elem)
     except ET.ParseError as exc:
-        line = exc.position[0] if exc.position else None
+        where = exc.position[0] if exc.position else None
         raise DataError(path, f"malformed XML: {exc}", "check the TMX file (xmllint --noout "
-                        "FILE); re-download it if it is truncated", line=line) from None
+                        "FILE); re-download it if it is truncated", line=where) from None
+    except (LookupError, ValueError) as exc:  # an XML declaration naming an unknown encoding
+        raise DataError(path, f"cannot read the XML: {exc}",
+                        'convert the file to UTF-8 and declare <?xml version="1.0" encoding="UTF-8"?>',
+                        line=line) from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise DataError(path, f"cannot decompress: {exc}", "re-download the file") from None
 
@@ -685,11 +766,12 @@ def _unknown_format(p: Path) -> DataError:
                      "rename the file with one of these suffixes, or convert it to TSV")
 
 
-def _read_file(p: Path, lang: str | None, max_line_chars: int, st: ReadStats) -> Iterator[Pair]:
+def _read_file(p: Path, lang: str | None, max_line_chars: int, st: ReadStats,
+               header: bool | None = None) -> Iterator[Pair]:
     """Counted pairs of one file, dispatched on its format (internal, no logging)."""
     fmt = detect_format(p)
     if fmt == "tsv":
-        pairs: Iterable[Pair] = _tsv(p, _resolve_lang(lang, p), True, max_line_chars, st)
+        pairs: Iterable[Pair] = _tsv(p, _resolve_lang(lang, p), True, max_line_chars, st, header)
     elif fmt == "jsonl":
         pairs = _jsonl(p, _canonical(lang, p) if lang else None, max_line_chars, st)
     elif fmt == "po":
@@ -722,30 +804,31 @@ def _corpus_files(directory: Path) -> list[Path]:
 
 
 def _read_many(files: list[Path], lang: str | None, max_line_chars: int,
-               st: ReadStats) -> Iterator[Pair]:
+               st: ReadStats, header: bool | None = None) -> Iterator[Pair]:
     """Pairs of several files in order."""
     for f in files:
-        yield from _read_file(f, lang, max_line_chars, st)
+        yield from _read_file(f, lang, max_line_chars, st, header)
 
 
 def read_corpus(path: str | Path, lang: str | None = None, *,
                 max_line_chars: int = MAX_LINE_CHARS,
-                stats: ReadStats | None = None) -> Iterator[Pair]:
+                stats: ReadStats | None = None, header: bool | None = None) -> Iterator[Pair]:
     """Read any supported file, or every recognised file of a directory in sorted order.
 
     Dispatches on the name: ``*.tsv[.gz]``, ``*.jsonl[.gz]``, ``*.po``, ``*.tmx[.gz]``,
     ``tatoeba.*``, or a Moses file (``corpus.de`` next to ``corpus.en``).  ``lang`` is passed to
     each reader (for JSONL and TMX it selects that language).  Missing files, unknown formats
-    and files without any pair raise DataError.
+    and files without any pair raise DataError.  ``header`` is passed to TSV files (see
+    :func:`read_tsv`).
     """
     p = Path(path)
     st = stats if stats is not None else ReadStats()
     if p.is_dir():
-        return _logged(_read_many(_corpus_files(p), lang, max_line_chars, st), st, p)
+        return _logged(_read_many(_corpus_files(p), lang, max_line_chars, st, header), st, p)
     fmt = detect_format(p)
     if fmt is None:
         _check_file(p)
         raise _unknown_format(p)
     if fmt != "tatoeba":  # a Tatoeba prefix names no file itself
         _check_file(p)
-    return _logged(_read_file(p, lang, max_line_chars, st), st, p)
+    return _logged(_read_file(p, lang, max_line_chars, st, header), st, p)

@@ -1,0 +1,199 @@
+"""One run per folder: a lock file that names its owner.
+
+``tinyglot run``, ``teacher train``, ``distill`` and ``bench`` hold a lock on what they write
+(the ``--out`` folder, the benchmark database) while they run.  The lock file holds the owner's
+pid, host, start time and command.  A second run is refused with a message naming that process.
+A lock left by a process that died (kill -9, power loss) is taken over: on POSIX the lock is an
+``flock`` the kernel drops when its process ends; elsewhere, and for a lock file found without
+a live owner on this host, the pid is checked.  Locks are re-entrant within one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tinyglot.errors import TinyglotError
+from tinyglot.io import remove_stale_temporaries
+
+log = logging.getLogger("tinyglot.locks")
+try:
+    import fcntl
+except ImportError:  # Windows: the pid check alone decides
+    fcntl = None  # type: ignore[assignment]
+LOCK_NAME = ".tinyglot.lock"
+
+_held: dict[str, _Held] = {}
+
+
+@dataclass
+class _Held:
+    fd: int
+    count: int
+
+
+class LockedError(TinyglotError):
+    """Another live process holds the lock."""
+
+
+def lock_info(path: str | Path) -> dict[str, Any] | None:
+    """The owner recorded in a lock file (None when absent or unreadable)."""
+    try:
+        info = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _describe(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "another process"
+    started = info.get("started")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
+    return (f"pid {info.get('pid')} on {info.get('host')} (started {when}"
+            + (f": {info.get('command')}" if info.get("command") else "") + ")")
+
+
+def _try_flock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` without waiting; True where flock does not exist."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # a file system without flock: the pid check alone decides
+        return True
+    return True
+
+
+def _is_stale(info: dict[str, Any] | None, host: str) -> bool:
+    """A recorded owner that cannot be running: this host and a dead pid (or no owner at all)."""
+    if not info:
+        return True
+    pid = info.get("pid")
+    return info.get("host") == host and isinstance(pid, int) and pid != os.getpid() and not pid_alive(pid)
+
+
+def acquire(path: str | Path, what: str) -> None:
+    """Take the lock file ``path`` for ``what`` (a command), or raise :class:`LockedError`."""
+    path = Path(path)
+    key = str(path.resolve())
+    if key in _held:
+        _held[key].count += 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    for _ in range(5):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        if not _try_flock(fd):
+            os.close(fd)
+            info = lock_info(path)
+            raise LockedError(f"{path.parent} is in use by {_describe(info)}; two runs must not write "
+                              "into one folder at once",
+                              "wait for that run to finish (or stop it), or choose another --out folder")
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the previous owner removed the file between our open and flock: retry
+            os.close(fd)
+            continue
+        info = lock_info(path) or {}
+        # we hold the flock, so a live pid of this host is a reused pid; another host cannot be checked
+        held_elsewhere = bool(info) and info.get("pid") != os.getpid() and not _is_stale(info, host)
+        if held_elsewhere and (info.get("host") != host or fcntl is None):
+            os.close(fd)
+            raise LockedError(
+                f"{path.parent} is in use by {_describe(info)}", "wait for that run to finish; if it is "
+                f"dead (another host cannot be checked from here), delete {path} and start again")
+        if info and info.get("pid") != os.getpid():
+            log.warning("taking over the lock of %s left by %s, which is no longer running", path.parent,
+                        _describe(info))
+        record = {"pid": os.getpid(), "host": host, "started": round(time.time(), 3),
+                  "command": what, "argv": sys.argv[:8]}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
+        _held[key] = _Held(fd, 1)
+        return
+    raise LockedError(f"cannot take the lock {path}: it keeps changing", "check what else runs in that folder")
+
+
+def release(path: str | Path) -> None:
+    """Give the lock back (the last release of a re-entrant lock removes the file)."""
+    key = str(Path(path).resolve())
+    held = _held.get(key)
+    if held is None:
+        return
+    held.count -= 1
+    if held.count:
+        return
+    del _held[key]
+    with contextlib.suppress(OSError):
+        Path(path).unlink()
+    os.close(held.fd)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path, what: str) -> Iterator[Path]:
+    """Hold the lock file ``path`` while the block runs."""
+    acquire(path, what)
+    try:
+        yield Path(path)
+    finally:
+        release(path)
+
+
+@contextlib.contextmanager
+def run_lock(folder: str | Path, what: str) -> Iterator[Path]:
+    """Hold ``folder/.tinyglot.lock`` while the block runs; ``folder`` is created if missing and
+    removed again if the block fails and leaves it empty (a failed run leaves no empty folder).
+    Temporary files and folders a killed run left in ``folder`` are removed first.
+
+    In a data-parallel run (torchrun) only rank 0 takes the lock.
+    """
+    folder = Path(folder)
+    if os.environ.get("RANK", "0") != "0":
+        yield folder
+        return
+    created = not folder.exists()
+    acquire(folder / LOCK_NAME, what)
+    ok = False
+    try:
+        stale = remove_stale_temporaries(folder)  # ours now: what is there was left by a killed run
+        if stale:
+            log.info("removed %d temporary file(s)/folder(s) left in %s by an interrupted run", len(stale), folder)
+        yield folder
+        ok = True
+    finally:
+        release(folder / LOCK_NAME)
+        if created and not ok:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty
+
+
+__all__ = ["LOCK_NAME", "LockedError", "acquire", "file_lock", "lock_info", "pid_alive", "release", "run_lock"]
