@@ -45,6 +45,9 @@ _EXPORTS = {
     "export_onnx_text": "onnx_text",
     "load_onnx_text_bundle": "onnx_text",
     "export_string_bundle": "formats",
+    "MediaPipeTextEncoder": "tflite_mediapipe",
+    "export_tflite_mediapipe": "tflite_mediapipe",
+    "load_tflite_mediapipe_bundle": "tflite_mediapipe",
     "prune_and_export": "prune",
 }
 
