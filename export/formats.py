@@ -30,4 +30,16 @@ def export_string_bundle(fmt: str, model: str | Path, out: str | Path, quantizat
     return getattr(importlib.import_module(module), func)(model, out, quantization, **kwargs)
 
 
-__all__ = ["STRING_FORMATS", "STRING_QUANTIZE", "export_string_bundle"]
+def usage_without_tinyglot(cfg: dict) -> str:
+    """The runtime part of a string-in bundle's own model card (Kotlin, Swift, JavaScript, Python
+    code with the real file name), headings demoted one level, for cards that embed it
+    (``tinyglot run`` writes its own README.md over the bundle's).  Empty for other formats."""
+    fmt = cfg.get("format")
+    if fmt not in STRING_FORMATS:
+        return ""
+    module = importlib.import_module(STRING_FORMATS[fmt][0])
+    body = module.model_card(cfg).split("\n", 1)[1]  # without the title line
+    return "\n".join("#" + line if line.startswith("## ") else line for line in body.splitlines()).strip()
+
+
+__all__ = ["STRING_FORMATS", "STRING_QUANTIZE", "export_string_bundle", "usage_without_tinyglot"]

@@ -92,7 +92,9 @@ class ExportSection:
     signatures convert in 1 minute with 1 GB of memory, the export CLI's 12 (batches 1, 8, 32) in 6
     minutes with 8 GB, for a 2x larger file and no faster evaluation."""
 
-    formats: list[tuple[str, str]] = field(default_factory=lambda: [("onnx", "dynamic"), ("tflite", "dynamic")])
+    # onnx-text / tflite-mediapipe: raw strings in (SentencePiece in the graph / in MediaPipe's metadata)
+    formats: list[tuple[str, str]] = field(default_factory=lambda: [
+        ("onnx", "dynamic"), ("tflite", "dynamic"), ("onnx-text", "dynamic"), ("tflite-mediapipe", "dynamic")])
     threads: int = 1
     parity_sentences: int = 25  # test pairs per language of each bundle's parity check
     tflite_buckets: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
@@ -245,12 +247,17 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, A
 
 
 def _parse_format(item: Any) -> tuple[str, str]:
-    """``"onnx-dynamic"``, ``"onnx:dynamic"`` or ``["onnx", "dynamic"]`` -> ``("onnx", "dynamic")``."""
+    """``"onnx-dynamic"``, ``"onnx:dynamic"`` or ``["onnx", "dynamic"]`` -> ``("onnx", "dynamic")``;
+    ``"onnx-text-dynamic"`` -> ``("onnx-text", "dynamic")``."""
     if isinstance(item, (list, tuple)) and len(item) == 2:
         return str(item[0]).strip(), str(item[1]).strip()
+    # format names may hold a "-" too: onnx-text-dynamic
+    from tinyglot.export.cli import FORMATS
+
     text = str(item).strip()
     sep = ":" if ":" in text else "-"
-    fmt, _, quant = text.partition(sep)
+    known = [f for f in sorted(FORMATS, key=len, reverse=True) if text.startswith(f + sep)]
+    fmt, _, quant = (known[0], sep, text[len(known[0]) + 1:]) if known else text.partition(sep)
     if not fmt or not quant:
         raise TinyglotError(f"export.formats item {item!r} is not FORMAT-QUANTIZATION",
                             "write e.g. onnx-dynamic, tflite-dynamic, onnx-none, tflite-fp16")
@@ -595,6 +602,10 @@ def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: Expor
 
         return export_tflite(student, out, quant, buckets=section.tflite_buckets,
                              batch_sizes=section.tflite_batch_sizes, **common)
+    if fmt in ("onnx-text", "tflite-mediapipe"):
+        from tinyglot.export.formats import export_string_bundle
+
+        return export_string_bundle(fmt, student, out, quant, **common)
     from tinyglot.export.savedmodel import export_savedmodel
 
     return export_savedmodel(student, out, quant, **common)
@@ -684,9 +695,10 @@ def bench_inputs(ctx: RunContext) -> dict[str, Any]:
 
 
 def bench_targets(ctx: RunContext) -> list[Path]:
-    """The PyTorch student (if asked) and every ONNX / TFLite bundle."""
+    """The PyTorch student (if asked) and every ONNX / TFLite bundle (string-in ones included)."""
     targets = [ctx.student_dir] if ctx.cfg.bench.torch else []
-    return targets + [ctx.bundle_dir(name) for fmt, _, name in ctx.cfg.bundles() if fmt in ("onnx", "tflite")]
+    return targets + [ctx.bundle_dir(name) for fmt, _, name in ctx.cfg.bundles()
+                      if fmt in ("onnx", "tflite", "onnx-text", "tflite-mediapipe")]
 
 
 def run_bench_stage(ctx: RunContext) -> StageOutput:
