@@ -166,18 +166,28 @@ def build_inputs(tokenizer, seqs: Iterable[int], out: str | Path, sentences: Seq
     sentences = list(sentences) if sentences is not None else bench_sentences()
     seqs = sorted({int(s) for s in seqs})
     ids = tokenizer.encode_ids(sentences, max(seqs))
-    long_ids = [x if len(x) >= max(seqs) else
-                tokenizer.encode_ids([" ".join([s] * (max(seqs) // max(1, len(x)) + 1))], max(seqs))[0]
-                for s, x in zip(sentences, ids)]
+    longs = [" ".join([s] * (max(seqs) // max(1, len(x)) + 1)) for s, x in zip(sentences, ids)]
     arrays = {}
     for s in seqs:
         batch = tokenizer.pad([x[:s] for x in ids], s, pad_to="max_len")
         arrays[f"ids_{s}"], arrays[f"mask_{s}"] = batch.ids, batch.mask
-        arrays[f"text_{s}"] = np.array([tokenizer.decode(x[:s]) for x in long_ids], dtype=str)
+        arrays[f"text_{s}"] = np.array([_text_of_tokens(tokenizer, text, s) for text in longs], dtype=str)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(out, **arrays)
     return out
+
+
+def _text_of_tokens(tokenizer, text: str, n: int) -> str:
+    """The longest prefix of ``text`` that tokenises to at most ``n`` tokens (binary search on characters)."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(tokenizer.tokenize(text[:mid])) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
 
 
 # ====================================================================== targets

@@ -359,9 +359,10 @@ class _Lookup:
 
 
 def run_standalone(script: str, model_file: str | Path, sentences: Sequence[str], threads: int = 1,
-                   timeout: float = 1800) -> dict[str, Any]:
+                   timeout: float = 1800, python: str | None = None) -> dict[str, Any]:
     """Run ``script`` (beside this module) with ``python -I`` on ``sentences``; returns its JSON answer
-    ``{"runtime", "modules", "ids": [[...]], "embeddings": [[...]]}``."""
+    ``{"runtime", "modules", "ids": [[...]], "embeddings": [[...]]}``.  ``python``: another
+    interpreter (e.g. a virtual environment with another MediaPipe version; default: this one)."""
     import json
     import os
     import subprocess
@@ -376,7 +377,7 @@ def run_standalone(script: str, model_file: str | Path, sentences: Sequence[str]
                                     "threads": int(threads)}), encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env.update(OMP_NUM_THREADS=str(threads), GLOG_minloglevel="2", TF_CPP_MIN_LOG_LEVEL="2")
-        proc = subprocess.run([sys.executable, "-I", str(path), str(spec), str(answer)], env=env, check=False,
+        proc = subprocess.run([python or sys.executable, "-I", str(path), str(spec), str(answer)], env=env, check=False,
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not answer.is_file():
             raise TinyglotError(f"the standalone check {script} failed (exit {proc.returncode}): "
@@ -398,6 +399,7 @@ def check_standalone(
     max_sentences: int = 100,
     threads: int = 1,
     extra: Sequence[str] = HARD_SENTENCES,
+    python: str | None = None,
 ) -> StandaloneReport:
     """Run a string-in bundle in a separate process that imports only its runtime and compare it with
     ``reference`` (the torch source) on the test pairs and ``extra`` sentences: the token ids must be
@@ -415,7 +417,7 @@ def check_standalone(
     pairs_sentences = [s for pairs in subset.values() for p in pairs for s in (p.x, p.en)]
     sentences = list(dict.fromkeys([*pairs_sentences, *extra, *(s.upper() for s in pairs_sentences[:50])]))
     start = time.perf_counter()
-    answer = run_standalone(script, model_file, sentences, threads)
+    answer = run_standalone(script, model_file, sentences, threads, python=python)
     seconds = time.perf_counter() - start
     got_ids = [list(map(int, row)) for row in answer["ids"]]
     emb = np.asarray(answer["embeddings"], dtype=np.float64)
