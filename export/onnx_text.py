@@ -438,10 +438,9 @@ a non-string or an empty sentence, like every tinyglot encoder).
 
 ## JavaScript (onnxruntime-web + onnxruntime-extensions)
 
-onnxruntime-web has no string tensors and no custom ops; in the browser use the
-`tflite-mediapipe` bundle with `@mediapipe/tasks-text`. In Node.js, onnxruntime-node can load
-the extensions library: `ort.InferenceSession.create("{name}", {{ extra: {{ session: {{
-custom_ops_library: "<path of libortextensions.so>" }} }} }})`.
+onnxruntime-web does not ship onnxruntime-extensions' ops: in the browser use the
+`tflite-mediapipe` bundle with `@mediapipe/tasks-text`. Native runtimes (onnxruntime-node,
+mobile) need the extensions library registered as a custom-ops library, as in Python.
 
 ## Kotlin / Swift
 
