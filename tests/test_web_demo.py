@@ -15,6 +15,7 @@ import subprocess
 import threading
 import urllib.parse
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -39,7 +40,7 @@ def _need(what: str, ok: bool) -> None:
 
 def _server(model: Path, results: list, done: threading.Event) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.SimpleHTTPRequestHandler):
-        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".wasm": "application/wasm",
+        extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".wasm": "application/wasm",
                           ".mjs": "text/javascript"}
 
         def __init__(self, *args, **kwargs):
@@ -50,7 +51,7 @@ def _server(model: Path, results: list, done: threading.Event) -> http.server.Th
                 return str(model)
             return super().translate_path(path)
 
-        def do_POST(self):  # noqa: N802 - http.server's naming
+        def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             results.append(json.loads(body))
             self.send_response(204)
@@ -72,6 +73,7 @@ def test_browser_demo_matches_the_python_encoder(student_dir, tmp_path):
     pytest.importorskip("mediapipe.tasks.python.text.text_embedder")
     from tinyglot.export.bundle import load_source
     from tinyglot.export.tflite_mediapipe import export_tflite_mediapipe
+
     from tinyglot.models import TorchEncoder
 
     bundle = export_tflite_mediapipe(student_dir, tmp_path / "mp", "none", max_sentences=5, standalone=False).out
