@@ -310,6 +310,7 @@ def export_onnx_text(
     gates: Gates | None = None,
     parity_gate: bool = True,
     standalone: bool = True,
+    card: bool = True,
     say: Callable[[str], None] = lambda msg: None,
 ) -> TextExportResult:
     """Export the student or teacher at ``model`` to a string-in ONNX bundle in ``out``.
@@ -319,7 +320,7 @@ def export_onnx_text(
     file in a separate process that imports only onnxruntime + onnxruntime-extensions
     (:func:`~tinyglot.export.parity.check_standalone`): identical token ids on every sentence, the
     cosine and P@1 gates.  ``config.json`` is written last, only if the gates pass (or not
-    ``parity_gate``).
+    ``parity_gate``).  ``card``: write the bundle's README.md (usage from Python, Kotlin, Swift, JS).
     """
     from .onnx import (
         OPSET,
@@ -388,7 +389,8 @@ def export_onnx_text(
                "tokenisation": "in the graph",
                "parity": parity_summary(report, parity_gate)},
     )
-    write_model_card(out, cfg, report)
+    if card:  # tinyglot run writes its own README.md (with this usage part) after its report
+        write_model_card(out, cfg, report)
     finalize_bundle(out, cfg, report, parity_gate)
     return TextExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
 

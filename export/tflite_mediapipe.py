@@ -287,6 +287,7 @@ def export_tflite_mediapipe(
     gates: Gates | None = None,
     parity_gate: bool = True,
     standalone: bool = True,
+    card: bool = True,
     say: Callable[[str], None] = lambda msg: None,
 ) -> MediaPipeExportResult:
     """Export the student or teacher at ``model`` to a TFLite file MediaPipe's TextEmbedder opens.
@@ -294,7 +295,7 @@ def export_tflite_mediapipe(
     ``quantization``: ``none`` (fp32) or ``dynamic`` (dynamic-range int8).  Parity: in this process
     through MediaPipe's TextEmbedder, then (``standalone``) in a process that imports only
     mediapipe (token ids from the ``token_ids`` head).  ``config.json`` is written last, only if
-    the gates pass (or not ``parity_gate``)."""
+    the gates pass (or not ``parity_gate``).  ``card``: write the bundle's README.md."""
     from .parity import STANDALONE_MEDIAPIPE, check_standalone
     from .tflite import (
         _n_params,
@@ -369,7 +370,8 @@ def export_tflite_mediapipe(
                "tokenisation": "MediaPipe (metadata)",
                "parity": parity_summary(report, parity_gate)},
     )
-    write_model_card(out, cfg, report)
+    if card:  # tinyglot run writes its own README.md (with this usage part) after its report
+        write_model_card(out, cfg, report)
     finalize_bundle(out, cfg, report, parity_gate)
     return MediaPipeExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
 

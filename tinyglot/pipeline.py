@@ -605,7 +605,7 @@ def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: Expor
     if fmt in ("onnx-text", "tflite-mediapipe"):
         from tinyglot.export.formats import export_string_bundle
 
-        return export_string_bundle(fmt, student, out, quant, **common)
+        return export_string_bundle(fmt, student, out, quant, card=False, **common)
     from tinyglot.export.savedmodel import export_savedmodel
 
     return export_savedmodel(student, out, quant, **common)
