@@ -12,6 +12,14 @@ source) and the exported one, and measures:
 
 :class:`Gates` holds the thresholds; ``Gates.for_mode("none"|"dynamic"|"static"|"fp16")`` gives
 the defaults (fp32: mean cosine >= 0.9999; int8/fp16: mean cosine >= 0.99 and P@1 within 1 point).
+
+String-in bundles (``onnx-text``, ``tflite-mediapipe``) are also checked by :func:`check_standalone`:
+the file runs in a separate ``python -I`` process that imports only its runtime (the scripts
+``standalone_onnx.py`` / ``standalone_mediapipe.py`` beside this module: no tinyglot, no
+sentencepiece) on the test pairs plus :data:`HARD_SENTENCES`; its token ids must equal the Python
+tokenizer's on every sentence, sentences without tokens must give zero rows, and the cosine and
+P@1 gates apply.  The result is :attr:`ParityReport.standalone` (``"standalone"`` in parity.json)
+and its failures are the report's failures.
 """
 
 from __future__ import annotations
