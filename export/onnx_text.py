@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,37 @@ def ortx_library_path() -> str:
         raise TinyglotError("onnx-text bundles need onnxruntime-extensions (its ops library was not found)",
                             "pip install 'tinyglot[export]' (or: pip install onnxruntime-extensions)")
     return found[0]
+
+
+_ORTX_LOADED: list = []  # the SessionOptions that loaded the ops library, kept for the life of the process
+
+
+def _tensorflow_loaded() -> bool:
+    return any(m == "tensorflow" or m.startswith("tensorflow.") for m in list(sys.modules))
+
+
+def preload_ortx() -> bool:
+    """Load onnxruntime-extensions' ops library into this process now; True if it is loaded.
+
+    It must come before TensorFlow (which MediaPipe and SavedModel bundles import): registered
+    after ``import tensorflow``, onnxruntime crashes the process (SIGSEGV, measured with
+    tensorflow 2.21, mediapipe 1.2.2, onnxruntime 1.32, onnxruntime-extensions 0.15.2); loaded
+    before, both work.  ``tflite_mediapipe`` and ``savedmodel`` call this before importing them.
+    """
+    if _ORTX_LOADED:
+        return True
+    if _tensorflow_loaded():
+        return False
+    try:
+        import onnxruntime as ort
+
+        path = ortx_library_path()
+    except (ImportError, TinyglotError):
+        return False
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(path)
+    _ORTX_LOADED.append(so)
+    return True
 
 
 def _require_ortx():
@@ -209,6 +241,11 @@ def add_tokenizer(encoder_path: str | Path, dst: str | Path, sp_proto: bytes, ma
 def session_options(threads: int = 1):
     """onnxruntime session options with the onnxruntime-extensions ops registered."""
     _require_ortx()
+    if not preload_ortx():
+        raise TinyglotError(
+            "onnxruntime-extensions cannot be loaded into a process that has already imported TensorFlow "
+            "(onnxruntime crashes); MediaPipe and SavedModel bundles import it",
+            "open onnx-text bundles before tflite-mediapipe or savedmodel bundles, or in another process")
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -469,5 +506,13 @@ def write_model_card(out: str | Path, cfg: dict, report: ParityReport | None = N
     return path
 
 
-__all__ = ["OnnxTextEncoder", "TextExportResult", "add_tokenizer", "export_onnx_text", "load_onnx_text_bundle",
-           "model_card", "tokenizer_nodes"]
+__all__ = [
+    "OnnxTextEncoder",
+    "TextExportResult",
+    "add_tokenizer",
+    "export_onnx_text",
+    "load_onnx_text_bundle",
+    "model_card",
+    "preload_ortx",
+    "tokenizer_nodes",
+]

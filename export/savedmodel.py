@@ -59,6 +59,9 @@ IDS_SIGNATURE = "encode_ids"
 
 
 def _require_tf(build: bool = False):
+    from .onnx_text import preload_ortx
+
+    preload_ortx()  # before TensorFlow: onnxruntime-extensions crashes when loaded after it
     missing = []
     for mod in ("tensorflow", "tensorflow_hub", "tensorflow_text") + (("tf_keras",) if build else ()):
         try:

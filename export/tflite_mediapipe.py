@@ -35,7 +35,9 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import types
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +75,9 @@ log = logging.getLogger(__name__)
 
 
 def _require_mediapipe():
+    from .onnx_text import preload_ortx
+
+    preload_ortx()  # before MediaPipe imports TensorFlow: onnx-text bundles then still open here
     try:
         import mediapipe  # noqa: F401
         from mediapipe.tasks.python.text import text_embedder  # noqa: F401
@@ -228,6 +233,17 @@ class MediaPipeTextEncoder:
         except Exception as exc:  # noqa: BLE001 - MediaPipe raises RuntimeError/ValueError with its status
             raise TinyglotError(f"MediaPipe's TextEmbedder cannot open {self.model_path} ({exc})",
                                 "re-export the bundle with `tinyglot export --format tflite-mediapipe`") from None
+        # closed when this encoder is collected or at exit, before the interpreter tears MediaPipe's
+        # modules down (its own __del__ then fails with "'NoneType' object is not callable")
+        self._closer = weakref.finalize(self, self.embedder.close)
+        # MediaPipe runs its calls on a thread pool that Python stops before atexit handlers run:
+        # close before that (threading's own exit hooks), when the hook exists
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None:
+            try:
+                register(self._closer)
+            except RuntimeError:  # already shutting down
+                pass
 
     def run_text(self, text: str) -> tuple[np.ndarray, list[int]]:
         """``(embedding, token ids)`` of one string, straight from MediaPipe (no checks)."""
@@ -253,7 +269,7 @@ class MediaPipeTextEncoder:
         return np.stack(rows).astype(np.float32)
 
     def close(self) -> None:
-        self.embedder.close()
+        self._closer()
 
 
 def load_tflite_mediapipe_bundle(path: str | Path, **_: Any) -> MediaPipeTextEncoder:

@@ -161,3 +161,18 @@ def test_cli_exports_onnx_text(student_dir, tmp_path, capsys):
     assert _cli(["export", "--model", str(student_dir), "--format", "onnx-text", "--quantize", "fp16",
                  "--out", str(tmp_path / "o")]) == 2
     assert "not available for --format onnx-text" in capsys.readouterr().err
+
+
+def test_tensorflow_imported_first_is_a_clear_error_not_a_crash(fp32_bundle):
+    """onnxruntime-extensions crashes a process that imported TensorFlow first: say so instead."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow")
+    code = ("import sys, tensorflow, tinyglot\n"
+            "try:\n    tinyglot.load(sys.argv[1])\n"
+            "except tinyglot.TinyglotError as exc:\n    print('TinyglotError:', exc.problem)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(fp32_bundle.out)], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "already imported TensorFlow" in proc.stdout

@@ -122,3 +122,23 @@ def test_case_sensitive_vocabulary_is_refused(small_pairs, tmp_path):
     student = save_student(Student(cfg), tok, tmp_path / "cased")
     with pytest.raises(TinyglotError, match="case-sensitive"):
         export_tflite_mediapipe(student, tmp_path / "out")
+
+
+def test_onnx_text_bundles_still_open_after_a_mediapipe_bundle(mp_bundle, student_dir, tmp_path):
+    """MediaPipe imports TensorFlow; tinyglot loads onnxruntime-extensions before it, so both kinds of
+    bundle work in one process (in a fresh one: this test process preloaded it already)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime_extensions")
+    from tinyglot.export.onnx_text import export_onnx_text
+
+    text = export_onnx_text(student_dir, tmp_path / "text", "none", max_sentences=5, standalone=False).out
+    code = ("import sys, tinyglot\n"
+            "a = tinyglot.load(sys.argv[1]).encode(['Hallo Welt'])\n"
+            "b = tinyglot.load(sys.argv[2]).encode(['Hallo Welt'])\n"
+            "print('cosine', float(a[0] @ b[0]))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(mp_bundle.out), str(text)], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout.split("cosine")[-1]) > 0.999
