@@ -10,7 +10,10 @@ memory is its own): locally with this python, on ``ssh`` boards with the board's
 copying the runner, the model file and the inputs with scp, and on ``adb`` phones with TFLite's
 ``benchmark_model`` (its text output is read by :func:`parse_benchmark_model`).  Inputs are real
 sentences of the embedded test set tokenised here with the bundle's tokenizer and padded or
-truncated to exactly ``seq`` tokens.  Rows go to the ``measurements`` table of ``db_path``.
+truncated to exactly ``seq`` tokens; string-in bundles (``onnx-text``, ``tflite-mediapipe``) get
+prefixes of the same sentences that tokenise to about ``seq`` tokens, as text, so their latency
+includes tokenisation (``extra["tokenisation"]``, the ``tokenisation`` column of the tables).
+Rows go to the ``measurements`` table of ``db_path``.
 """
 
 from __future__ import annotations

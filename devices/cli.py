@@ -98,7 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from .bench import DEFAULT_DB
 
     p.add_argument("--bundle", action="append", type=Path, default=[],
-                   help="an exported bundle (onnx, tflite) or a student folder / teacher run (torch fp32 "
+                   help="an exported bundle (onnx, tflite; onnx-text and tflite-mediapipe take raw text: "
+                        "tokenisation included) or a student folder / teacher run (torch fp32 "
                         "reference); repeat for more")
     p.add_argument("--device", default="host",
                    help="a profile name (tinyglot bench devices), a .toml file, ssh://user@host[:port] or adb[://SERIAL]")
