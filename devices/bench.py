@@ -10,7 +10,10 @@ memory is its own): locally with this python, on ``ssh`` boards with the board's
 copying the runner, the model file and the inputs with scp, and on ``adb`` phones with TFLite's
 ``benchmark_model`` (its text output is read by :func:`parse_benchmark_model`).  Inputs are real
 sentences of the embedded test set tokenised here with the bundle's tokenizer and padded or
-truncated to exactly ``seq`` tokens.  Rows go to the ``measurements`` table of ``db_path``.
+truncated to exactly ``seq`` tokens; string-in bundles (``onnx-text``, ``tflite-mediapipe``) get
+prefixes of the same sentences that tokenise to about ``seq`` tokens, as text, so their latency
+includes tokenisation (``extra["tokenisation"]``, the ``tokenisation`` column of the tables).
+Rows go to the ``measurements`` table of ``db_path``.
 """
 
 from __future__ import annotations
@@ -98,6 +101,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# bundle format -> runner runtime; the string-in ones (tokenisation inside the measured call) run where
+# the device profile lists their base runtime (PROFILE_RUNTIME)
+BUNDLE_RUNTIMES = {"onnx": "onnx", "tflite": "tflite", "onnx-text": "onnx-text", "tflite-mediapipe": "mediapipe"}
+PROFILE_RUNTIME = {"onnx-text": "onnx", "mediapipe": "tflite"}
+STRING_RUNTIMES = ("onnx-text", "mediapipe")
+
+
+def tokenisation_label(runtime: str) -> str:
+    """What a measurement's latency covers: tokenisation included (string-in bundles) or not."""
+    return "included" if runtime in STRING_RUNTIMES else "excluded"
+
+
 def resolve_model(path: str | Path) -> BenchModel:
     """A bundle folder (onnx, tflite) -> runtime of its format; a student folder or teacher run -> torch."""
     from tinyglot.models import read_model_config
@@ -110,15 +125,15 @@ def resolve_model(path: str | Path) -> BenchModel:
 
         read_bundle(path)
         fmt = cfg.get("format", "")
-        if fmt not in ("onnx", "tflite"):
-            raise TinyglotError(f"{path} is a {fmt!r} bundle; tinyglot bench runs onnx and tflite bundles",
-                                "export an onnx or tflite bundle, or bench the student folder (torch)")
+        if fmt not in BUNDLE_RUNTIMES:
+            raise TinyglotError(f"{path} is a {fmt!r} bundle; tinyglot bench runs {', '.join(BUNDLE_RUNTIMES)} "
+                                "bundles", "export one of those, or bench the student folder (torch)")
         files = cfg.get("files") or []
-        model = path / next((f for f in files if f.endswith("." + fmt)), files[0])
+        model = path / next((f for f in files if f.endswith("." + fmt.split("-")[0])), files[0])
         q = cfg.get("quantization") or {}
         quant = (q.get("name") or q.get("mode") or "none") if isinstance(q, dict) else str(q)
-        return BenchModel(path, path.name, fmt, fmt, quant, model, model.stat().st_size, _sha256(model),
-                          int(cfg.get("max_len", 512)), cfg)
+        return BenchModel(path, path.name, BUNDLE_RUNTIMES[fmt], fmt, quant, model, model.stat().st_size,
+                          _sha256(model), int(cfg.get("max_len", 512)), cfg)
     if kind in ("lealla-student", "ems-teacher"):
         from tinyglot.export.bundle import source_sha, source_size
 
@@ -148,19 +163,35 @@ def bench_sentences(n: int = N_SENTENCES) -> list[str]:
 def build_inputs(tokenizer, seqs: Iterable[int], out: str | Path, sentences: Sequence[str] | None = None) -> Path:
     """Write ``ids_<seq>`` / ``mask_<seq>`` (int64, (N, seq)) for each length to an ``.npz`` file.
 
-    Each sentence is tokenised once, then truncated or padded to exactly ``seq`` tokens.
+    Each sentence is tokenised once, then truncated or padded to exactly ``seq`` tokens.  For the
+    string-in runtimes, ``text_<seq>`` holds each sentence as text of about ``seq`` tokens: the
+    sentence repeated until it is long enough, and the decoded first ``seq`` tokens of that.
     """
     sentences = list(sentences) if sentences is not None else bench_sentences()
     seqs = sorted({int(s) for s in seqs})
     ids = tokenizer.encode_ids(sentences, max(seqs))
+    longs = [" ".join([s] * (max(seqs) // max(1, len(x)) + 1)) for s, x in zip(sentences, ids)]
     arrays = {}
     for s in seqs:
         batch = tokenizer.pad([x[:s] for x in ids], s, pad_to="max_len")
         arrays[f"ids_{s}"], arrays[f"mask_{s}"] = batch.ids, batch.mask
+        arrays[f"text_{s}"] = np.array([_text_of_tokens(tokenizer, text, s) for text in longs], dtype=str)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(out, **arrays)
     return out
+
+
+def _text_of_tokens(tokenizer, text: str, n: int) -> str:
+    """The longest prefix of ``text`` that tokenises to at most ``n`` tokens (binary search on characters)."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(tokenizer.tokenize(text[:mid])) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
 
 
 # ====================================================================== targets
@@ -624,7 +655,7 @@ def run_bench(
         raise TinyglotError("no bundle to benchmark", "pass --bundle PATH (repeat for more)")
     models = [resolve_model(b) for b in bundles]
     for m in models:
-        if m.runtime not in profile.runtimes:
+        if PROFILE_RUNTIME.get(m.runtime, m.runtime) not in profile.runtimes:
             raise TinyglotError(f"device {profile.name} does not run {m.runtime} ({m.name})",
                                 f"it runs: {', '.join(profile.runtimes)}")
     import tinyglot
@@ -680,7 +711,8 @@ def run_bench(
 def _row(profile: DeviceProfile, m: BenchModel, r: dict, host: dict, version: str) -> dict:
     extra = {k: r.get(k) for k in ("stopped_by", "min_queries", "min_seconds", "max_seconds", "warmup_ms",
                                    "base_rss_mb", "after_load_rss_mb", "qps", "real_token_fraction",
-                                   "output_shape", "pinned_cpus", "n_sentences", "input_rows", "latencies_ms")
+                                   "output_shape", "pinned_cpus", "n_sentences", "input_rows", "latencies_ms",
+                                   "tokenisation")
              if r.get(k) is not None}
     extra.update(r.get("info") or {})
     return {
@@ -699,6 +731,6 @@ def _row(profile: DeviceProfile, m: BenchModel, r: dict, host: dict, version: st
     }
 
 
-__all__ = ["AdbTarget", "BenchModel", "BenchRun", "COLUMNS", "DEFAULT_DB", "LocalTarget", "SshTarget",
+__all__ = ["BUNDLE_RUNTIMES", "STRING_RUNTIMES", "tokenisation_label", "AdbTarget", "BenchModel", "BenchRun", "COLUMNS", "DEFAULT_DB", "LocalTarget", "SshTarget",
            "benchmark_model_result", "bench_sentences", "build_inputs", "connect", "insert_measurement",
            "parse_benchmark_model", "read_measurements", "resolve_model", "run_bench", "tflite_signature"]

@@ -23,7 +23,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from tinyglot.errors import TinyglotError
 
-    from .bench import run_bench
+    from .bench import run_bench, tokenisation_label
 
     if not args.bundle:
         raise TinyglotError("no bundle to benchmark", "pass --bundle PATH (repeat it for more), or use "
@@ -35,12 +35,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     max_seconds=args.max_seconds, say=lambda m: console.print(escape(m)))
     host = run.host
     table = Table(title=f"{run.device}: {host.get('cpu_model', '?')} ({host.get('cores_logical', '?')} cores)")
-    for col in ("runtime", "bundle", "quant", "threads", "batch", "seq", "p50 ms", "p90 ms", "p99 ms",
-                "sent/s", "peak MB", "load ms", "queries"):
-        table.add_column(col, justify="left" if col in ("runtime", "bundle", "quant") else "right")
+    for col in ("runtime", "bundle", "quant", "tokenisation", "threads", "batch", "seq", "p50 ms", "p90 ms",
+                "p99 ms", "sent/s", "peak MB", "load ms", "queries"):
+        table.add_column(col, justify="left" if col in ("runtime", "bundle", "quant", "tokenisation") else "right")
     f = lambda v, d=2: "–" if v is None else f"{v:,.{d}f}"  # noqa: E731
     for r in run.rows:
-        table.add_row(r["runtime"], r["bundle_name"], r["quantization"], str(r["threads"]), str(r["batch"]),
+        table.add_row(r["runtime"], r["bundle_name"], r["quantization"], tokenisation_label(r["runtime"]),
+                      str(r["threads"]), str(r["batch"]),
                       str(r["seq"]), f(r["p50_ms"], 3), f(r["p90_ms"], 3), f(r["p99_ms"], 3),
                       f(r["throughput_sps"], 1), f(r["peak_mb"], 1), f(r["load_ms"], 1), str(r["n_queries"]))
     console.print(table)
@@ -97,7 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from .bench import DEFAULT_DB
 
     p.add_argument("--bundle", action="append", type=Path, default=[],
-                   help="an exported bundle (onnx, tflite) or a student folder / teacher run (torch fp32 "
+                   help="an exported bundle (onnx, tflite; onnx-text and tflite-mediapipe take raw text: "
+                        "tokenisation included) or a student folder / teacher run (torch fp32 "
                         "reference); repeat for more")
     p.add_argument("--device", default="host",
                    help="a profile name (tinyglot bench devices), a .toml file, ssh://user@host[:port] or adb[://SERIAL]")

@@ -137,17 +137,19 @@ def bundle_p1(conn, bundle: str | Path, bundle_hash: str, p1_from: str = "auto",
 
 
 # ------------------------------------------------------------------ Markdown
-TABLE_HEADER = ("runtime", "bundle", "quantization", "threads", "batch", "seq", "p50 ms", "p90 ms", "p99 ms",
-                "sentences/s", "peak MB", "load ms", "size")
+TABLE_HEADER = ("runtime", "bundle", "quantization", "tokenisation", "threads", "batch", "seq", "p50 ms",
+                "p90 ms", "p99 ms", "sentences/s", "peak MB", "load ms", "size")
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
     lines = ["| " + " | ".join(TABLE_HEADER) + " |",
-             "|" + "|".join("---" if i < 3 else "---:" for i in range(len(TABLE_HEADER))) + "|"]
+             "|" + "|".join("---" if i < 4 else "---:" for i in range(len(TABLE_HEADER))) + "|"]
+    from .bench import tokenisation_label
+
     for r in rows:
         lines.append("| " + " | ".join([
             r["runtime"], r["bundle_name"] or Path(r["bundle"]).name, r["quantization"] or "",
-            str(r["threads"]), str(r["batch"]), str(r["seq"]), _fmt(r["p50_ms"], 3), _fmt(r["p90_ms"], 3),
+            tokenisation_label(r["runtime"]), str(r["threads"]), str(r["batch"]), str(r["seq"]), _fmt(r["p50_ms"], 3), _fmt(r["p90_ms"], 3),
             _fmt(r["p99_ms"], 3), _fmt(r["throughput_sps"], 1), _fmt(r["peak_mb"], 1), _fmt(r["load_ms"], 1),
             _size(r["file_bytes"])]) + " |")
     return "\n".join(lines)

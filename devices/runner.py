@@ -8,9 +8,10 @@ threads, batch, seq) combination, so its peak memory belongs to that combination
 
 Settings (JSON)::
 
-    {"runtime": "onnx" | "tflite" | "torch",
+    {"runtime": "onnx" | "tflite" | "torch" | "onnx-text" | "mediapipe",
      "model": "model.onnx" | "model.tflite" | "student/ folder",
-     "inputs": "inputs.npz",         # ids_<seq>, mask_<seq>: int64 (N, seq), real tokenised sentences
+     "inputs": "inputs.npz",         # ids_<seq>, mask_<seq>: int64 (N, seq), real tokenised sentences;
+                                     # text_<seq>: str (N,), each about seq tokens long (string-in runtimes)
      "threads": 1, "batch": 1, "seq": 64,
      "warmup": 10, "warmup_seconds": 0.5,
      "min_queries": 1000, "min_seconds": 60, "max_seconds": 600,
@@ -25,7 +26,10 @@ model (``load_ms``), run one first query (``first_ms``), warm up (at least ``war
 queries AND ``min_seconds`` have passed, or ``max_seconds`` (a cap, as benchmark_model's
 ``--max_secs``).  A query is one batch of ``batch`` sentences padded/truncated to exactly ``seq``
 tokens.  Percentiles are nearest-rank order statistics of the per-query latencies; throughput is
-sentences per second of the measured loop's wall time.  Memory: peak resident set size of the
+sentences per second of the measured loop's wall time.  The string-in runtimes (``onnx-text``:
+onnxruntime + onnxruntime-extensions, the SentencePiece op in the graph; ``mediapipe``: MediaPipe's
+TextEmbedder, one string per call) are fed raw strings: their latency includes tokenisation
+(``"tokenisation": "included"`` in the result).  Memory: peak resident set size of the
 process (``VmHWM`` on Linux/Android, else ``ru_maxrss``), the resident size before the model was
 loaded, and their difference.
 
@@ -306,7 +310,78 @@ class TorchRuntime:
             return self.torch.nn.functional.normalize(emb.float(), dim=-1)
 
 
-RUNTIMES = {"onnx": OnnxRuntime, "tflite": TfliteRuntime, "torch": TorchRuntime}
+class OnnxTextRuntime:
+    """A string-in ONNX file (onnx-text bundle): the SentencePiece op of onnxruntime-extensions runs
+    inside the graph, so a query's latency includes tokenisation."""
+
+    name = "onnx-text"
+    takes_text = True
+
+    def __init__(self, settings: dict) -> None:
+        import glob
+        import importlib.machinery
+        import importlib.metadata
+        import importlib.util
+
+        import onnxruntime as ort
+
+        spec = importlib.util.find_spec("onnxruntime_extensions")  # the ops library, without the package's imports
+        folder = next(iter(spec.submodule_search_locations)) if spec and spec.submodule_search_locations else ""
+        libs = [f for sfx in importlib.machinery.EXTENSION_SUFFIXES
+                for f in glob.glob(os.path.join(folder, "_extensions_pydll" + sfx))]
+        if not libs:
+            raise ImportError("onnxruntime-extensions is not installed")
+        self.version = f"{ort.__version__} + ortx {importlib.metadata.version('onnxruntime-extensions')}"
+        so = ort.SessionOptions()
+        so.register_custom_ops_library(libs[0])
+        so.intra_op_num_threads = int(settings["threads"])
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        for key, value in (settings.get("ort") or {}).items():
+            so.add_session_config_entry(str(key), str(value))
+        self.session = ort.InferenceSession(settings["model"], so, providers=["CPUExecutionProvider"])
+        self.output = self.session.get_outputs()[0].name
+        self.info = {"providers": self.session.get_providers(), "tokenisation": "included"}
+
+    def prepare_texts(self, texts):
+        import numpy as np
+
+        return {"text": np.array([str(t) for t in texts], dtype=object)}
+
+    def run(self, prepared):
+        return self.session.run([self.output], prepared)[0]
+
+
+class MediaPipeRuntime:
+    """A tflite-mediapipe file run by MediaPipe's TextEmbedder: MediaPipe tokenises each string (its
+    SentencePiece, from the TFLite Metadata), one string per call; a query of ``batch`` strings is
+    ``batch`` calls.  Latency includes tokenisation."""
+
+    name = "mediapipe"
+    takes_text = True
+
+    def __init__(self, settings: dict) -> None:
+        import mediapipe
+        from mediapipe.tasks.python.core import base_options
+        from mediapipe.tasks.python.text import text_embedder
+
+        self.version = getattr(mediapipe, "__version__", "?")
+        options = text_embedder.TextEmbedderOptions(
+            base_options=base_options.BaseOptions(model_asset_path=settings["model"]), l2_normalize=False,
+            quantize=False)
+        self.embedder = text_embedder.TextEmbedder.create_from_options(options)
+        self.info = {"tokenisation": "included", "threads_note": "MediaPipe picks its own XNNPACK threads"}
+
+    def prepare_texts(self, texts):
+        return [str(t) for t in texts]
+
+    def run(self, prepared):
+        return [self.embedder.embed(t).embeddings[0].embedding for t in prepared]
+
+
+RUNTIMES = {"onnx": OnnxRuntime, "tflite": TfliteRuntime, "torch": TorchRuntime, "onnx-text": OnnxTextRuntime,
+            "mediapipe": MediaPipeRuntime}
 
 
 # ------------------------------------------------------------------ the measurement
@@ -332,9 +407,13 @@ def measure(settings: dict) -> dict:
     runtime_cls = RUNTIMES.get(settings["runtime"])
     if runtime_cls is None:
         raise ValueError(f"unknown runtime {settings['runtime']!r} (known: {', '.join(RUNTIMES)})")
+    takes_text = getattr(runtime_cls, "takes_text", False)
     with np.load(settings["inputs"]) as data:
         ids_all = np.asarray(data[f"ids_{seq}"], dtype=np.int64)
         mask_all = np.asarray(data[f"mask_{seq}"], dtype=np.int64)
+        if takes_text and f"text_{seq}" not in data:
+            raise ValueError(f"inputs have no text_{seq}: string-in runtimes need the sentences as text")
+        texts_all = [str(t) for t in data[f"text_{seq}"]] if takes_text else None
     if ids_all.shape[1] != seq or ids_all.shape[0] < 1:
         raise ValueError(f"inputs ids_{seq} have shape {ids_all.shape}, expected (N, {seq})")
     if settings["runtime"] == "torch":  # libraries imported before the baseline: load_ms is the model alone
@@ -343,8 +422,10 @@ def measure(settings: dict) -> dict:
         import torch  # noqa: F401
         from transformers import BertModel  # noqa: F401
         import tinyglot.export.bundle  # noqa: F401
-    elif settings["runtime"] == "onnx":
+    elif settings["runtime"] in ("onnx", "onnx-text"):
         import onnxruntime  # noqa: F401
+    elif settings["runtime"] == "mediapipe":
+        from mediapipe.tasks.python.text import text_embedder  # noqa: F401
     base_rss = _rss_bytes()
 
     t0 = time.perf_counter()
@@ -358,7 +439,10 @@ def measure(settings: dict) -> dict:
     queries = []
     for q in range(n_batches):
         rows = [(q * batch + i) % n_rows for i in range(batch)]
-        queries.append(rt.prepare(ids_all[rows], mask_all[rows]))
+        if takes_text:
+            queries.append(rt.prepare_texts([texts_all[r] for r in rows]))
+        else:
+            queries.append(rt.prepare(ids_all[rows], mask_all[rows]))
     real_tokens = float(mask_all.sum()) / mask_all.size
 
     t = time.perf_counter()
@@ -414,6 +498,7 @@ def measure(settings: dict) -> dict:
         "base_rss_mb": _mb(base_rss), "after_load_rss_mb": _mb(after_load_rss), "peak_rss_mb": _mb(peak),
         "peak_delta_mb": _mb(peak - base_rss) if peak is not None and base_rss is not None else None,
         "output_shape": out_shape, "real_token_fraction": real_tokens, "input_rows": n_rows,
+        "tokenisation": "included" if takes_text else "excluded (token ids fed)",
         "pinned_cpus": pinned, "pid": os.getpid(), "machine": platform.machine(),
         "python": sys.version.split()[0], "numpy": np.__version__,
         "info": getattr(rt, "info", {}),

@@ -239,6 +239,9 @@ _TF_OUTPUT_KEYS = ("sentence_embedding", "default", "pooled_output", "outputs", 
 
 def _import_tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tinyglot.export.onnx_text import preload_ortx
+
+    preload_ortx()  # onnxruntime-extensions crashes a process that imported TensorFlow first (onnx-text bundles)
     try:
         import tensorflow as tf
     except ImportError as exc:

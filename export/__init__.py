@@ -4,7 +4,9 @@ A bundle folder holds the model file(s), ``tokenizer.model``, ``config.json`` (w
 ``loader`` that ``tinyglot.load`` follows) and ``parity.json``.  Formats: ONNX
 (:mod:`tinyglot.export.onnx`: fp32, dynamic/static int8, fp16), TFLite (:mod:`tinyglot.export.tflite`:
 fixed-shape signatures per (batch, sequence) bucket; fp32, dynamic-range int8, fp16) and a TF-Hub
-SavedModel that takes raw strings (:mod:`tinyglot.export.savedmodel`); vocabulary pruning
+SavedModel that takes raw strings (:mod:`tinyglot.export.savedmodel`); string-in bundles for stock
+runtimes: ONNX with the SentencePiece op inside (:mod:`tinyglot.export.onnx_text`) and TFLite for
+MediaPipe's TextEmbedder (:mod:`tinyglot.export.tflite_mediapipe`); vocabulary pruning
 (:mod:`tinyglot.export.prune`).
 
     from tinyglot.export import export_onnx, QuantizationConfig
@@ -39,6 +41,13 @@ _EXPORTS = {
     "export_savedmodel": "savedmodel",
     "load_savedmodel_bundle": "savedmodel",
     "prune_student": "prune",
+    "OnnxTextEncoder": "onnx_text",
+    "export_onnx_text": "onnx_text",
+    "load_onnx_text_bundle": "onnx_text",
+    "export_string_bundle": "formats",
+    "MediaPipeTextEncoder": "tflite_mediapipe",
+    "export_tflite_mediapipe": "tflite_mediapipe",
+    "load_tflite_mediapipe_bundle": "tflite_mediapipe",
     "prune_and_export": "prune",
 }
 

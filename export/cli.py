@@ -4,6 +4,8 @@
     tinyglot export --model STUDENT --format tflite --quantize dynamic --buckets 16,32,64,128
     tinyglot export --model STUDENT --format savedmodel
     tinyglot export --model STUDENT --format tflite --prune-vocab --languages de,fr,ja
+    tinyglot export --model STUDENT --format onnx-text --quantize dynamic     # raw strings in
+    tinyglot export --model STUDENT --format tflite-mediapipe --quantize dynamic  # MediaPipe TextEmbedder
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-FORMATS = ("onnx", "tflite", "savedmodel")
+FORMATS = ("onnx", "tflite", "savedmodel", "onnx-text", "tflite-mediapipe")
 QUANTIZE = ("none", "dynamic", "avx2", "avx512-vnni", "arm64", "static", "fp16")
 # the --quantize values each format accepts
 QUANTIZE_BY_FORMAT = {
     "onnx": QUANTIZE,
     "tflite": ("none", "dynamic", "fp16"),
     "savedmodel": ("none",),
+    "onnx-text": ("none", "dynamic"),
+    "tflite-mediapipe": ("none", "dynamic"),
 }
 
 
@@ -45,6 +49,11 @@ def _export(args: argparse.Namespace, out: Path, kwargs: dict, say):
         from .tflite import export_tflite
 
         result = export_tflite(args.model, out, say=say, **kwargs)
+    elif args.format in ("onnx-text", "tflite-mediapipe"):
+        from .formats import export_string_bundle
+
+        q = kwargs.pop("quantization")
+        result = export_string_bundle(args.format, args.model, out, q, say=say, **kwargs)
     else:
         from .savedmodel import export_savedmodel
 
@@ -96,6 +105,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                       batch_sizes=parse_ints(args.batch_sizes, "batch-sizes") or DEFAULT_BATCH_SIZES)
     elif args.format == "savedmodel":
         kwargs = dict(common)
+    elif args.format in ("onnx-text", "tflite-mediapipe"):
+        kwargs = dict(common, quantization=args.quantize)
     else:  # pragma: no cover - argparse restricts the choices
         raise TinyglotError(f"unknown format {args.format!r}", f"choose one of: {', '.join(FORMATS)}")
     from tinyglot.locks import run_lock
@@ -136,11 +147,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a student folder (tinyglot distill) or an EMS teacher run (tinyglot teacher train)")
     p.add_argument("--format", choices=FORMATS, default="onnx",
                    help="onnx (onnxruntime); tflite (LiteRT, one signature per batch x sequence bucket); "
-                        "savedmodel (TF SavedModel taking raw strings, loads with tensorflow_hub.KerasLayer)")
+                        "savedmodel (TF SavedModel taking raw strings, loads with tensorflow_hub.KerasLayer); "
+                        "onnx-text (raw strings in: SentencePiece inside the graph, onnxruntime + "
+                        "onnxruntime-extensions); tflite-mediapipe (raw strings in MediaPipe's TextEmbedder: "
+                        "TFLite Metadata with the SentencePiece model)")
     p.add_argument("--quantize", choices=QUANTIZE, default="none",
                    help="onnx: none (fp32); dynamic int8 (TOOLCHAIN recipe); avx2 / avx512-vnni / arm64 "
                         "(dynamic int8 presets per CPU); static int8 calibrated on the embedded corpus; fp16. "
-                        "tflite: none, dynamic (dynamic-range int8), fp16. savedmodel: none")
+                        "tflite: none, dynamic (dynamic-range int8), fp16. savedmodel: none. onnx-text: none, dynamic "
+                        "(int8 encoder). tflite-mediapipe: none, dynamic (dynamic-range int8)")
     p.add_argument("--buckets", default=None,
                    help="tflite: sequence-length buckets, e.g. 16,32,64,128 (clipped to the model's max_len, "
                         "which is always the largest)")

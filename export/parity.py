@@ -12,6 +12,14 @@ source) and the exported one, and measures:
 
 :class:`Gates` holds the thresholds; ``Gates.for_mode("none"|"dynamic"|"static"|"fp16")`` gives
 the defaults (fp32: mean cosine >= 0.9999; int8/fp16: mean cosine >= 0.99 and P@1 within 1 point).
+
+String-in bundles (``onnx-text``, ``tflite-mediapipe``) are also checked by :func:`check_standalone`:
+the file runs in a separate ``python -I`` process that imports only its runtime (the scripts
+``standalone_onnx.py`` / ``standalone_mediapipe.py`` beside this module: no tinyglot, no
+sentencepiece) on the test pairs plus :data:`HARD_SENTENCES`; its token ids must equal the Python
+tokenizer's on every sentence, sentences without tokens must give zero rows, and the cosine and
+P@1 gates apply.  The result is :attr:`ParityReport.standalone` (``"standalone"`` in parity.json)
+and its failures are the report's failures.
 """
 
 from __future__ import annotations
@@ -78,6 +86,8 @@ class ParityReport:
     invariance_diff: float = 0.0
     invariance_sentences: int = 0
     label: str = ""
+    # the same file checked in a process without tinyglot (string-in bundles), see check_standalone
+    standalone: StandaloneReport | None = None
 
     # -------------------------------------------------------------- aggregates
     @property
@@ -130,6 +140,8 @@ class ParityReport:
         if not self.invariance_diff <= g.max_invariance_diff:
             out.append(f"batch/padding invariance: a sentence alone vs in a padded batch differs by "
                        f"{self.invariance_diff:.3g} > {g.max_invariance_diff}")
+        if self.standalone is not None:
+            out += [f"standalone {self.standalone.runtime}: {f}" for f in self.standalone.failures(g)]
         return out
 
     @property
@@ -162,6 +174,7 @@ class ParityReport:
             "invariance_diff": self.invariance_diff,
             "invariance_sentences": self.invariance_sentences,
             "languages": [{**asdict(r), "p1_drop": r.p1_drop} for r in self.rows],
+            **({"standalone": self.standalone.to_dict()} if self.standalone is not None else {}),
         }
 
     def write_json(self, path: str | Path) -> Path:
@@ -186,6 +199,11 @@ class ParityReport:
                       f"{-self.p1_drop:+.1f}")
         table.caption = (f"max | |e| - 1 |: {self.max_norm_error:.1e}; alone vs padded batch: "
                          f"{self.invariance_diff:.1e} ({self.invariance_sentences} sentences)")
+        if self.standalone is not None:
+            sa = self.standalone
+            table.caption += (f"\nseparate process, {sa.runtime} only: ids identical on {sa.n_ids_equal}/"
+                              f"{sa.n_sentences} sentences, mean cosine {sa.mean_cosine:.6f}, min "
+                              f"{sa.min_cosine:.6f}, P@1 {sa.p1_exported:.1f} vs {sa.p1_reference:.1f}")
         if self.failures:
             table.caption += "\nfailed: " + "; ".join(self.failures)
         return table
@@ -280,4 +298,157 @@ def check_parity(
     return report
 
 
-__all__ = ["Gates", "LangParity", "ParityReport", "check_parity"]
+# ====================================================================== string-in bundles, outside tinyglot
+# Sentences every string-in bundle must treat like the Python tokenizer: longer than any max_len (one of
+# them 1 MB), empty and whitespace-only, emoji, mixed scripts, odd whitespace, case folding, full width.
+HARD_SENTENCES: tuple[str, ...] = (
+    "", " ", "\t \n", "\u200b", "\u3000\u00a0\u2009",
+    "Hello WORLD", "İSTANBUL ıstanbul", "STRASSE Straße GROẞ", "ΟΔΥΣΣΕΥΣ",
+    "ＦＵＬＬ　ｗｉｄｔｈ　１２３", "emoji 😀👍🏽 👨\u200d👩\u200d👧 ok", "日本語とEnglishとРусский混在",
+    "tab\there\u00a0nbsp\u200bzero-width  double   spaces", "line\r\nbreak\u2028sep", "<2de> Hallo <2fr>",
+    "ﬁ ℌ ① ㍻ e\u0301", "Откройте диалоговое окно и выберите нужный параметр из списка. " * 20,
+    " " * 3000 + "words after many spaces", "long " * 200_000,
+)
+FORBIDDEN_MODULES = ("tinyglot", "sentencepiece", "tensorflow_text", "torch", "transformers")
+STANDALONE_ONNX = "standalone_onnx.py"  # scripts beside this module, run with ``python -I``
+STANDALONE_MEDIAPIPE = "standalone_mediapipe.py"
+
+
+@dataclass
+class StandaloneReport:
+    """A bundle run by a separate process that imports only its runtime (no tinyglot, no sentencepiece)."""
+
+    runtime: str
+    forbidden_modules: list[str]  # tinyglot / sentencepiece modules the process had loaded (must be none)
+    n_sentences: int
+    n_ids_equal: int
+    first_id_mismatch: str
+    mean_cosine: float
+    min_cosine: float
+    max_empty_row: float  # largest |value| of the rows of sentences without tokens (must be 0)
+    p1_reference: float
+    p1_exported: float
+    seconds: float
+
+    @property
+    def p1_drop(self) -> float:
+        return self.p1_reference - self.p1_exported
+
+    def failures(self, gates: Gates) -> list[str]:
+        out = []
+        if self.forbidden_modules:
+            out.append(f"the process imported {', '.join(self.forbidden_modules)}")
+        if self.n_ids_equal != self.n_sentences:
+            out.append(f"token ids differ on {self.n_sentences - self.n_ids_equal}/{self.n_sentences} sentences "
+                       f"(first: {self.first_id_mismatch})")
+        if not self.mean_cosine >= gates.min_mean_cosine:
+            out.append(f"mean cosine {self.mean_cosine:.6f} < {gates.min_mean_cosine}")
+        if not self.min_cosine >= gates.min_cosine:
+            out.append(f"min cosine {self.min_cosine:.6f} < {gates.min_cosine}")
+        if not self.max_empty_row <= 1e-6:
+            out.append(f"a sentence without tokens gave a non-zero row ({self.max_empty_row:.3g})")
+        if not self.p1_drop <= gates.max_p1_drop:
+            out.append(f"P@1 {self.p1_exported:.2f} vs reference {self.p1_reference:.2f}: drop of "
+                       f"{self.p1_drop:.2f} points > {gates.max_p1_drop}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "p1_drop": self.p1_drop}
+
+
+class _Lookup:
+    """An ``Encoder`` answering from precomputed rows (embeddings another process computed)."""
+
+    def __init__(self, rows: Mapping[str, np.ndarray]) -> None:
+        self.rows = rows
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return np.stack([self.rows[s] for s in sentences]).astype(np.float32)
+
+
+def run_standalone(script: str, model_file: str | Path, sentences: Sequence[str], threads: int = 1,
+                   timeout: float = 1800, python: str | None = None) -> dict[str, Any]:
+    """Run ``script`` (beside this module) with ``python -I`` on ``sentences``; returns its JSON answer
+    ``{"runtime", "modules", "ids": [[...]], "embeddings": [[...]]}``.  ``python``: another
+    interpreter (e.g. a virtual environment with another MediaPipe version; default: this one)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    path = Path(__file__).with_name(script)
+    with tempfile.TemporaryDirectory(prefix="tinyglot-standalone-") as tmp:
+        spec = Path(tmp) / "in.json"
+        answer = Path(tmp) / "out.json"
+        spec.write_text(json.dumps({"model": str(Path(model_file).resolve()), "sentences": list(sentences),
+                                    "threads": int(threads)}), encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env.update(OMP_NUM_THREADS=str(threads), GLOG_minloglevel="2", TF_CPP_MIN_LOG_LEVEL="2")
+        proc = subprocess.run([python or sys.executable, "-I", str(path), str(spec), str(answer)], env=env, check=False,
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not answer.is_file():
+            raise TinyglotError(f"the standalone check {script} failed (exit {proc.returncode}): "
+                                f"{(proc.stderr or proc.stdout).strip()[-2000:]}",
+                                "install the bundle's runtime (pip install 'tinyglot[export]') and re-export")
+        return json.loads(answer.read_text(encoding="utf-8"))
+
+
+def check_standalone(
+    script: str,
+    model_file: str | Path,
+    reference: Encoder,
+    tokenizer,
+    max_len: int,
+    testset: Mapping[str, Sequence] | None = None,
+    gates: Gates | None = None,
+    *,
+    languages: Sequence[str] | None = None,
+    max_sentences: int = 100,
+    threads: int = 1,
+    extra: Sequence[str] = HARD_SENTENCES,
+    python: str | None = None,
+) -> StandaloneReport:
+    """Run a string-in bundle in a separate process that imports only its runtime and compare it with
+    ``reference`` (the torch source) on the test pairs and ``extra`` sentences: the token ids must be
+    ``tokenizer.tokenize(s)[:max_len]`` on every sentence, a sentence without tokens must give a zero
+    row, cosine and P@1 as the gates say."""
+    import time
+
+    from tinyglot.evaluation import evaluate_bitext
+
+    if testset is None:
+        from tinyglot.data.embedded import load_testset
+
+        testset = load_testset()
+    subset = _subset(testset, languages, max_sentences)
+    pairs_sentences = [s for pairs in subset.values() for p in pairs for s in (p.x, p.en)]
+    sentences = list(dict.fromkeys([*pairs_sentences, *extra, *(s.upper() for s in pairs_sentences[:50])]))
+    start = time.perf_counter()
+    answer = run_standalone(script, model_file, sentences, threads, python=python)
+    seconds = time.perf_counter() - start
+    got_ids = [list(map(int, row)) for row in answer["ids"]]
+    emb = np.asarray(answer["embeddings"], dtype=np.float64)
+    want_ids = [tokenizer.tokenize(s)[:max_len] for s in sentences]
+    equal = [g == w for g, w in zip(got_ids, want_ids)]
+    mismatch = next((f"{s[:60]!r}: {g[:12]} vs {w[:12]}" for s, g, w, e in
+                     zip(sentences, got_ids, want_ids, equal) if not e), "")
+    filled = [i for i, w in enumerate(want_ids) if w]
+    empty = [i for i, w in enumerate(want_ids) if not w]
+    ref = np.asarray(reference.encode([sentences[i] for i in filled]), dtype=np.float64)
+    exp = emb[filled]
+    cos = (ref * exp).sum(axis=1) / np.maximum(np.linalg.norm(ref, axis=1) * np.linalg.norm(exp, axis=1), 1e-12)
+    rows = {s: emb[i] for i, s in enumerate(sentences)}
+    ref_p1 = evaluate_bitext(reference, subset)
+    exp_p1 = evaluate_bitext(_Lookup(rows), subset)
+    forbidden = sorted({m.split(".")[0] for m in answer.get("modules", [])} & set(FORBIDDEN_MODULES))
+    return StandaloneReport(
+        runtime=str(answer.get("runtime", script)), forbidden_modules=forbidden, n_sentences=len(sentences),
+        n_ids_equal=int(sum(equal)), first_id_mismatch=mismatch, mean_cosine=float(cos.mean()),
+        min_cosine=float(cos.min()), max_empty_row=float(np.abs(emb[empty]).max()) if empty else 0.0,
+        p1_reference=100 * float(np.mean([r.mean for r in ref_p1.rows])),
+        p1_exported=100 * float(np.mean([r.mean for r in exp_p1.rows])), seconds=seconds)
+
+
+__all__ = ["HARD_SENTENCES", "Gates", "LangParity", "ParityReport", "StandaloneReport", "check_parity",
+           "check_standalone", "run_standalone"]

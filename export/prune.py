@@ -358,8 +358,15 @@ def prune_and_export(source: str | Path, out: str | Path, fmt: str = "onnx", *, 
         from .savedmodel import export_savedmodel
 
         exported = export_savedmodel(student_out, out, say=say, extra_config=extra, **export_kwargs)
+    elif fmt in ("onnx-text", "tflite-mediapipe"):
+        from .formats import export_string_bundle
+
+        quant = export_kwargs.pop("quantization", "none")
+        exported = export_string_bundle(fmt, student_out, out, quant, say=say, **export_kwargs)
+        exported.config.update(extra)
     else:
-        raise TinyglotError(f"unknown format {fmt!r}", "choose one of: onnx, tflite, savedmodel")
+        raise TinyglotError(f"unknown format {fmt!r}",
+                            "choose one of: onnx, tflite, savedmodel, onnx-text, tflite-mediapipe")
     add_pruning_report(out, result)
     return exported, result
 

@@ -13,8 +13,8 @@ The bundle folder IS the SavedModel (``saved_model.pb`` + ``variables/``), with 
    lower-casing when the vocabulary was trained lower-cased), pad id 0, no BOS/EOS.  The export
    checks that the graph's token ids equal the Python tokenizer's on the parity sentences and on
    upper-cased copies of them;
-2. truncation to ``max_len`` (and, like :meth:`tinyglot.tokenizer.Tokenizer.encode_ids`, the
-   string cut to ``32 * max_len`` characters first), padding, attention mask;
+2. truncation to the first ``max_len`` ids (like :meth:`tinyglot.tokenizer.Tokenizer.encode_ids`:
+   the whole string is tokenised, no character cut), padding, attention mask;
 3. the encoder: ``transformers.TFBertModel.from_pretrained(student/model, from_pt=True)``;
 4. mean pooling over the mask (``tf.expand_dims``, TOOLCHAIN) and L2 normalisation.
 
@@ -56,10 +56,12 @@ MODES = ("none",)
 OUTPUT_NAME = "sentence_embedding"
 STRING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "encode_ids"
-CHARS_PER_TOKEN = 32  # Tokenizer.encode_ids cuts a string to max_len * 32 characters before SentencePiece
 
 
 def _require_tf(build: bool = False):
+    from .onnx_text import preload_ortx
+
+    preload_ortx()  # before TensorFlow: onnxruntime-extensions crashes when loaded after it
     missing = []
     for mod in ("tensorflow", "tensorflow_hub", "tensorflow_text") + (("tf_keras",) if build else ()):
         try:
@@ -107,8 +109,7 @@ def _build_module(bert, sp_proto: bytes, max_len: int, pooling: str = "mean"):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
         def tokenize(self, sentences):
             """``(input_ids, attention_mask)``, int32 ``(batch, longest <= max_len)``."""
-            text = tf.strings.substr(sentences, 0, int(max_len) * CHARS_PER_TOKEN, unit="UTF8_CHAR")
-            tokens = self.tokenizer.tokenize(text)[:, : int(max_len)]
+            tokens = self.tokenizer.tokenize(sentences)[:, : int(max_len)]
             ids = tokens.to_tensor(default_value=0)
             mask = tf.ones_like(tokens).to_tensor(default_value=0)
             width = tf.maximum(0, 1 - tf.shape(ids)[1])  # at least one column (all-empty batch)

@@ -10,6 +10,15 @@ import pytest
 os.environ.setdefault("TINYGLOT_NO_PROGRESS", "1")
 os.environ.setdefault("USE_TF", "0")
 
+# onnxruntime-extensions crashes the process when loaded after TensorFlow (MediaPipe imports it, also
+# at collection: importorskip); every format's tests share this process, so load it first.
+try:
+    from tinyglot.export.onnx_text import preload_ortx
+
+    preload_ortx()
+except ImportError:  # pragma: no cover
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 TEST_LANGS = ("de", "fr", "ja", "ru")

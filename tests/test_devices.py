@@ -200,7 +200,7 @@ def test_report_renders_markdown_and_pngs(swept, tmp_path):
     _, db, _, _ = swept
     rep = report.build_report(db, tmp_path / "report", p1_from="auto")
     md = rep.markdown.read_text()
-    assert "## host" in md and "| runtime | bundle | quantization | threads | batch | seq | p50 ms" in md
+    assert "## host" in md and "| runtime | bundle | quantization | tokenisation | threads | batch | seq | p50 ms" in md
     assert md.count("| onnx |") >= 8 and "parity.json" in md
     assert len(rep.plots) == 2
     for png in rep.plots:
@@ -340,6 +340,34 @@ def test_tflite_runner_on_a_real_bundle(student_dir, tmp_path):
     assert exact["extra"]["signature"] == "b1_s16" and exact["extra"]["bucket"] == [1, 16]
     assert padded["extra"]["bucket"] == [4, 16]  # batch 2 runs in the b4 bucket, padded
     assert 0 < exact["p50_ms"] <= exact["p99_ms"]
+
+
+def test_string_in_bundles_are_measured_with_tokenisation_included(student_dir, tmp_path, capsys):
+    """onnx-text (SentencePiece op in the graph) and tflite-mediapipe (MediaPipe's TextEmbedder) take
+    raw strings; the runner feeds text of about seq tokens and the tables say tokenisation is included."""
+    pytest.importorskip("onnxruntime_extensions")
+    from tinyglot.export.onnx_text import export_onnx_text
+
+    bundles = [export_onnx_text(student_dir, tmp_path / "text", "none", max_sentences=5, standalone=False).out]
+    if importlib.util.find_spec("mediapipe") is not None and importlib.util.find_spec("litert_torch") is not None:
+        from tinyglot.export.tflite_mediapipe import export_tflite_mediapipe
+
+        bundles.append(export_tflite_mediapipe(student_dir, tmp_path / "mp", "dynamic", max_sentences=5,
+                                               standalone=False).out)
+    run = run_bench(bundles, "host", threads=[1], batch=[2], seq=[16], db_path=tmp_path / "s.sqlite", **FEW)
+    assert not run.failed, run.failed
+    assert [r["runtime"] for r in run.rows] == ["onnx-text", "mediapipe"][: len(bundles)]
+    for r in run.rows:
+        assert r["extra"]["tokenisation"] == "included" and r["p50_ms"] > 0
+        assert r["extra"]["output_shape"][0] == 2
+    md = report.markdown_table(run.rows)
+    assert "| tokenisation |" in md and "| included |" in md
+    from tinyglot.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(student_dir / "tokenizer.model")
+    with np.load(bench.build_inputs(tok, [16], tmp_path / "in.npz", bench.bench_sentences(20))) as d:
+        texts = [str(t) for t in d["text_16"]]
+    assert len(texts) == 20 and all(14 <= len(tok.tokenize(t)) <= 16 for t in texts)
 
 
 # ====================================================================== ssh (a real sshd on loopback)

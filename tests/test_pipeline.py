@@ -38,9 +38,17 @@ def test_default_profile_is_the_readme_job():
     assert cfg.profile == "default"
     assert cfg.teacher.spec == "default"  # the cached teacher shared with `tinyglot distill`
     assert cfg.distill.student == "lealla-small"
-    assert cfg.export.formats == [("onnx", "dynamic"), ("tflite", "dynamic")]
-    assert cfg.bundle_names() == ["onnx-dynamic", "tflite-dynamic"]
+    assert cfg.export.formats == [("onnx", "dynamic"), ("tflite", "dynamic"), ("onnx-text", "dynamic"),
+                                  ("tflite-mediapipe", "dynamic")]
+    assert cfg.bundle_names() == ["onnx-dynamic", "tflite-dynamic", "onnx-text-dynamic", "tflite-mediapipe-dynamic"]
     assert cfg.distill_overrides()["train"]["max_steps"] == cfg.distill.max_steps
+
+
+def test_string_in_formats_parse_with_their_hyphen():
+    cfg = load_config("tiny", sets=["export.formats=onnx-text-none,tflite-mediapipe:dynamic,onnx-avx512-vnni"])
+    assert cfg.export.formats == [("onnx-text", "none"), ("tflite-mediapipe", "dynamic"), ("onnx", "avx512-vnni")]
+    with pytest.raises(TinyglotError, match="not available for onnx-text"):
+        load_config("tiny", sets=["export.formats=onnx-text-fp16"])
 
 
 def test_tiny_profile_and_layering_of_file_and_sets(tmp_path):
@@ -271,8 +279,8 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
         assert section in md, section
     results = json.loads((out / "eval" / "results.json").read_text())
     names = [m["name"] for m in results["models"]]
-    assert names == ["TF-IDF", "teacher", "student (PyTorch)", "onnx-dynamic", "tflite-dynamic",
-                     "teacher-onnx-dynamic"]  # the teacher's own int8 bundle, the student's real rival
+    assert names == ["TF-IDF", "teacher", "student (PyTorch)", "onnx-dynamic", "tflite-dynamic", "onnx-text-dynamic",
+                     "tflite-mediapipe-dynamic", "teacher-onnx-dynamic"]  # the teacher's own int8 bundle: the rival
     # P@1 table: one row per language, every column a number, equal to the eval stage's results
     p1 = md.split("## Retrieval quality")[1].split("##")[0]
     header = next(line for line in p1.splitlines() if line.startswith("| lang"))
@@ -297,13 +305,13 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
                         r"sentences/s at ([\d.]+) % of its P@1, ([\d.]+)x smaller", summary)
     assert against, summary
     measured = read_measurements(out / "bench" / "results.sqlite")
-    assert {r["runtime"] for r in measured} == {"torch", "onnx", "tflite"}
+    assert {r["runtime"] for r in measured} == {"torch", "onnx", "tflite", "onnx-text", "mediapipe"}
     for r in measured:
         assert r["p50_ms"] > 0 and r["throughput_sps"] > 0
         assert f"{r['p50_ms']:.3f}" in md  # the bench table is the database's numbers
     # parity, stages, versions, figures
     parity = md.split("## Export parity")[1].split("##")[0]
-    assert parity.count("| passed |") == 3
+    assert parity.count("| passed |") == 5
     stages = md.split("## Stages")[1].split("##")[0]
     for name in STAGE_NAMES[:-1]:
         assert re.search(rf"\| {name} \| (ran|reused)[^|]*\| \d+\.\d \| [\d,]+ \|", stages), name
@@ -324,8 +332,9 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
 def test_every_bundle_loads_and_has_a_model_card(tiny_run):
     import tinyglot
 
-    folders = [tiny_run.out / "bundles" / "onnx-dynamic", tiny_run.out / "bundles" / "tflite-dynamic",
-               tiny_run.out / "distill" / "student"]
+    bundles = tiny_run.out / "bundles"
+    folders = [bundles / "onnx-dynamic", bundles / "tflite-dynamic", bundles / "onnx-text-dynamic",
+               bundles / "tflite-mediapipe-dynamic", tiny_run.out / "distill" / "student"]
     reference = None
     for folder in folders:
         emb = tinyglot.load(folder).encode(["Wo ist der Drucker?", "Where is the printer?"])
@@ -336,6 +345,9 @@ def test_every_bundle_loads_and_has_a_model_card(tiny_run):
         for section in ("## Languages", "## Intended use", "## Limits", "## Numbers"):
             assert section in card
         assert "de, es, fr, it, ja" in card.replace("en, ", "") and "| **average** |" in card
+        if "-text-" in folder.name or "mediapipe" in folder.name:  # raw strings in: stock-runtime code too
+            assert "## Use without tinyglot" in card and ("register_custom_ops_library" in card
+                                                           or "TextEmbedder.createFromOptions" in card)
 
 
 @pytest.mark.slow

@@ -79,3 +79,52 @@ def test_not_a_model_file(tmp_path):
         Tokenizer.load(bad)
     with pytest.raises(TinyglotError, match="not found"):
         Tokenizer.load(tmp_path / "missing.model")
+
+
+# Strings whose ids a stock SentencePiece runtime must reproduce with no Python pre-processing:
+# case folding (Turkish dotted/dotless i, German ß and ẞ, Greek final sigma), full-width forms,
+# emoji with modifiers and ZWJ, mixed scripts, tabs, NBSP, zero-width and ideographic spaces,
+# language tokens inside the text, control characters, empty and whitespace-only strings.
+TRICKY = [
+    "", " ", "\t\n", "\u200b", "\u3000\u00a0",
+    "HELLO World", "İSTANBUL ıstanbul Iİıi", "STRASSE Straße GROẞ", "ΟΔΥΣΣΕΥΣ Οδυσσεύς",
+    "ＦＵＬＬ　ｗｉｄｔｈ　１２３", "ｶﾀｶﾅ ﾊﾝｶｸ", "emoji 😀👍🏽 👨‍👩‍👧 ok", "日本語とEnglishとРусский混在",
+    "tab\there\u00a0nbsp\u200bzero\u2009thin  double   spaces", "line\r\nbreak\u2028sep",
+    "<2de> Hallo <2fr>Bonjour", "ﬁ ligature ℌ ① ㍻", "e\u0301 vs é", "ctrl\x00\x07chars",
+    "a" * 500, "word " * 300, " " * 2000 + "tail after many spaces",
+]
+
+
+def test_ids_equal_a_bare_sentencepiece_runtime(tokenizer):
+    """tinyglot's ids are exactly a stock SentencePieceProcessor's, cut to max_len."""
+    import sentencepiece as spm
+
+    bare = spm.SentencePieceProcessor()
+    bare.LoadFromSerializedProto(tokenizer.proto)
+    for max_len in (8, 48, 4096):
+        for s in TRICKY:
+            want = bare.EncodeAsIds(s)[:max_len]
+            assert tokenizer.tokenize(s)[:max_len] == want, s
+            if want:
+                assert tokenizer.encode_ids([s], max_len)[0] == want, s
+                batch = tokenizer.encode([s, "x"], max_len)
+                assert batch.ids[0, : len(want)].tolist() == want and batch.mask[0].sum() == len(want)
+            else:
+                with pytest.raises(TinyglotError, match="empty"):
+                    tokenizer.encode_ids([s], max_len)
+    # case folding lives in the model file: upper-case text gives the lower-case ids
+    assert tokenizer.folds_case
+    assert tokenizer.tokenize("STRASSE") == tokenizer.tokenize("strasse")
+    assert tokenizer.tokenize("GROẞ") == tokenizer.tokenize("groß")  # capital sharp s folds to ß, not ss
+
+
+def test_no_character_cut_before_sentencepiece(tokenizer):
+    # many spaces fold to one in the normaliser: a character cut would lose the words after them
+    s = " " * 5000 + "open the file"
+    assert tokenizer.encode_ids([s], 8)[0] == tokenizer.tokenize("open the file")[:8]
+
+
+def test_case_sensitive_vocabulary_does_not_fold(small_pairs):
+    sentences = [s for p in small_pairs[:400] for s in (p.x, p.en)]
+    tok = Tokenizer.train(sentences, ["de", "en"], vocab_size=600, lowercase=False)
+    assert not tok.folds_case

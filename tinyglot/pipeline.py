@@ -99,7 +99,9 @@ class ExportSection:
     signatures convert in 1 minute with 1 GB of memory, the export CLI's 12 (batches 1, 8, 32) in 6
     minutes with 8 GB, for a 2x larger file and no faster evaluation."""
 
-    formats: list[tuple[str, str]] = field(default_factory=lambda: [("onnx", "dynamic"), ("tflite", "dynamic")])
+    # onnx-text / tflite-mediapipe: raw strings in (SentencePiece in the graph / in MediaPipe's metadata)
+    formats: list[tuple[str, str]] = field(default_factory=lambda: [
+        ("onnx", "dynamic"), ("tflite", "dynamic"), ("onnx-text", "dynamic"), ("tflite-mediapipe", "dynamic")])
     # The teacher as a bundle too (when it is a tinyglot model), evaluated and benchmarked beside the
     # student: the student must beat its own teacher's deployable form, not its PyTorch fp32 one.
     teacher_formats: list[tuple[str, str]] = field(default_factory=lambda: [("onnx", "dynamic")])
@@ -281,12 +283,17 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, A
 
 
 def _parse_format(item: Any) -> tuple[str, str]:
-    """``"onnx-dynamic"``, ``"onnx:dynamic"`` or ``["onnx", "dynamic"]`` -> ``("onnx", "dynamic")``."""
+    """``"onnx-dynamic"``, ``"onnx:dynamic"`` or ``["onnx", "dynamic"]`` -> ``("onnx", "dynamic")``;
+    ``"onnx-text-dynamic"`` -> ``("onnx-text", "dynamic")``."""
     if isinstance(item, (list, tuple)) and len(item) == 2:
         return str(item[0]).strip(), str(item[1]).strip()
+    # format names may hold a "-" too: onnx-text-dynamic
+    from tinyglot.export.cli import FORMATS
+
     text = str(item).strip()
     sep = ":" if ":" in text else "-"
-    fmt, _, quant = text.partition(sep)
+    known = [f for f in sorted(FORMATS, key=len, reverse=True) if text.startswith(f + sep)]
+    fmt, _, quant = (known[0], sep, text[len(known[0]) + 1:]) if known else text.partition(sep)
     if not fmt or not quant:
         raise TinyglotError(f"export.formats item {item!r} is not FORMAT-QUANTIZATION",
                             "write e.g. onnx-dynamic, tflite-dynamic, onnx-none, tflite-fp16")
@@ -655,6 +662,10 @@ def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: Expor
 
         return export_tflite(student, out, quant, buckets=section.tflite_buckets,
                              batch_sizes=section.tflite_batch_sizes, **common)
+    if fmt in ("onnx-text", "tflite-mediapipe"):
+        from tinyglot.export.formats import export_string_bundle
+
+        return export_string_bundle(fmt, student, out, quant, card=False, **common)
     from tinyglot.export.savedmodel import export_savedmodel
 
     return export_savedmodel(student, out, quant, **common)
@@ -776,11 +787,12 @@ def bench_inputs(ctx: RunContext) -> dict[str, Any]:
 
 
 def bench_targets(ctx: RunContext) -> list[Path]:
-    """The PyTorch student (if asked) and every ONNX / TFLite bundle."""
+    """The PyTorch student (if asked) and every ONNX / TFLite bundle (string-in ones included)."""
     targets = [ctx.student_dir] if ctx.cfg.bench.torch else []
     teacher = set(exported_teacher_bundles(ctx))
     return targets + [ctx.bundle_dir(name) for fmt, _, name in [*ctx.cfg.bundles(), *ctx.cfg.teacher_bundles()]
-                      if fmt in ("onnx", "tflite") and (name in ctx.cfg.bundle_names() or name in teacher)]
+                      if fmt in ("onnx", "tflite", "onnx-text", "tflite-mediapipe")
+                      and (name in ctx.cfg.bundle_names() or name in teacher)]
 
 
 def exported_teacher_bundles(ctx: RunContext) -> list[str]:

@@ -332,6 +332,16 @@ def render_markdown(ctx: "RunContext", data: ReportData, figures: list[Path]) ->
 
 
 # ------------------------------------------------------------------ model cards
+def _usage_without_tinyglot(col: Column) -> list[str]:
+    """For string-in bundles (onnx-text, tflite-mediapipe): the stock-runtime code of their own card."""
+    if col.kind != "bundle" or not col.bundle:
+        return []
+    from tinyglot.export.formats import usage_without_tinyglot
+
+    text = usage_without_tinyglot(col.bundle)
+    return ["## Use without tinyglot (raw strings in)", "", text, ""] if text else []
+
+
 def model_card(ctx: "RunContext", data: ReportData, col: Column) -> str:
     """README.md of a student or bundle folder: languages, intended use, limits, numbers."""
     s = data.student
@@ -355,6 +365,7 @@ def model_card(ctx: "RunContext", data: ReportData, col: Column) -> str:
              'emb = encoder.encode(["Where is the printer?", "¿Dónde está la impresora?"])  # float32, L2-normalised',
              "similarity = emb[0] @ emb[1]", "```", "",
              "ONNX and TFLite bundles need `pip install \"tinyglot[export]\"` (onnxruntime, ai-edge-litert).", "",
+             *_usage_without_tinyglot(col),
              "## Languages", "", ", ".join(["en", *langs]) + ".", "",
              "## Intended use", "",
              "Cross-lingual retrieval, bitext mining and semantic similarity between English and the languages "

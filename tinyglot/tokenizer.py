@@ -1,8 +1,18 @@
 """SentencePiece vocabulary shared by every stage (teacher, students, exported bundles).
 
-One ``.model`` file holds everything: the pieces, the normaliser (lower-casing is SentencePiece's
-``nmt_nfkc_cf`` case-folding rule, so it travels with the file) and one ``<2xx>`` user-defined
-symbol per language.
+One ``.model`` file holds everything: the pieces, the normaliser (NFKC, whitespace folding and
+lower-casing are SentencePiece's ``nmt_nfkc_cf`` case-folding rule, so they travel with the file)
+and one ``<2xx>`` user-defined symbol per language (matched by SentencePiece itself, in the text).
+
+The file is self-contained: tinyglot does no text processing of its own before SentencePiece.
+The ids of a sentence are exactly what any stock SentencePiece runtime (the C++ library, the
+``sentencepiece`` wheel, onnxruntime-extensions' ``SentencepieceTokenizer`` op, MediaPipe's
+tokenizer) gives for the raw string, cut to the first ``max_len``::
+
+    sp = sentencepiece.SentencePieceProcessor(model_file="tokenizer.model")
+    ids = sp.encode(sentence)[:max_len]          # == Tokenizer.encode_ids([sentence], max_len)[0]
+
+No BOS/EOS ids are added; padding uses id 0 (``<pad>``), which SentencePiece never emits.
 """
 
 from __future__ import annotations
@@ -186,6 +196,14 @@ class Tokenizer:
             )
         return int(self._sp.PieceToId(f"<2{code}>"))
 
+    @property
+    def folds_case(self) -> bool:
+        """True when the normaliser lower-cases (``nmt_nfkc_cf``): upper- and lower-case text give
+        the same ids, so a runtime that lower-cases ASCII first (MediaPipe's BERT pre-processing)
+        still reproduces tinyglot's ids."""
+        probe = "The Quick Brown Fox Jumps Over The Lazy Dog 0123 ÄÖÜ"
+        return self.tokenize(probe.upper()) == self.tokenize(probe.lower())
+
     def piece(self, token_id: int) -> str:
         return str(self._sp.IdToPiece(int(token_id)))
 
@@ -202,15 +220,15 @@ class Tokenizer:
         if max_len < 1:
             raise TinyglotError(f"max_len must be >= 1, got {max_len}")
         out: list[list[int]] = []
-        # A pathological 10 MB line is cut before SentencePiece sees it: max_len tokens never
-        # need more than a few dozen characters each.
-        char_budget = max_len * 32
+        # No character cut before SentencePiece: a prefix can segment differently from the whole
+        # string (runs of whitespace fold to one space), and the ids must be a stock runtime's.
+        # SentencePiece encodes 1 MB in about 0.1 s.
         for i, sentence in enumerate(sentences):
             if not isinstance(sentence, str):
                 raise TinyglotError(
                     f"sentence #{i} is a {type(sentence).__name__}, not a string", "pass a list of str"
                 )
-            ids = self._sp.EncodeAsIds(sentence[:char_budget])[:max_len]
+            ids = self._sp.EncodeAsIds(sentence)[:max_len]
             if not ids:
                 raise TinyglotError(
                     f"sentence #{i} is empty (or only whitespace): {sentence!r}",

@@ -1,0 +1,484 @@
+"""TFLite bundles that MediaPipe's TextEmbedder opens: raw strings in, on Android, iOS, the web and Python.
+
+MediaPipe Tasks choose the text pre-processing from the model's inputs and TFLite Metadata
+(``mediapipe/tasks/cc/text/utils/text_model_utils.cc``): three int32 inputs ``[1, seq]`` make a
+BERT model, handled by ``BertPreprocessorCalculator``, which
+
+1. lower-cases ASCII (``absl::AsciiStrToLower``), then runs SentencePiece (the ``tokenizer.model``
+   packed in the metadata as the SentencePiece tokenizer process unit) on the WHOLE string;
+2. keeps the first ``seq - 2`` pieces and writes ``[CLS] pieces... [SEP]`` with ids from
+   ``PieceToId``: our vocabulary has no ``[CLS]``/``[SEP]``, so both become ``<unk>`` (id 1);
+3. fills ``ids``, ``mask`` (1 on those tokens) and ``segment_ids`` (0), padded to ``seq``.
+
+So the file takes ``ids``/``mask``/``segment_ids`` of shape ``[1, max_len + 2]`` and, inside the
+graph, drops the first and the last real position (``ids[:, 1:-1]``, ``mask[:, 2:]``): the
+encoder sees exactly tinyglot's ``max_len`` ids at positions 0.., mean-pools and L2-normalises.
+Because of step 1 the vocabulary must fold case (``nmt_nfkc_cf``, tinyglot's default); a
+case-sensitive one is refused.  The other MediaPipe text model types do not fit: the
+single-input "Gecko" path (``SentencePiecePreprocessorCalculator``) adds BOS/EOS ids our
+vocabulary lacks and fails on text longer than the model instead of truncating it.
+
+Outputs (MediaPipe "embedding heads"): ``sentence_embedding`` (float32 ``[1, dim]``, unit norm;
+zero for a string without tokens) and ``token_ids`` (float32 ``[1, max_len]``: the ids the
+encoder saw, 0-padded, for parity checks against other SentencePiece runtimes).
+
+MediaPipe 1.2.x's Python metadata writer imports a native module its wheel lacks
+(``mediapipe.tasks.cc.metadata.python._pywrap_metadata_version``, only used to compute the
+metadata's minimum parser version); :func:`write_metadata` provides that one function when
+the module is missing (our metadata needs parser version 1.1.0: input process units and the
+SentencePiece tokenizer options, ``metadata_version.cc``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import threading
+import types
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinyglot.errors import TinyglotError
+
+from .bundle import (
+    PARITY,
+    TOKENIZER,
+    bundle_config,
+    check_bundle_out,
+    file_sizes,
+    finalize_bundle,
+    load_source,
+    parity_summary,
+    read_bundle,
+    source_size,
+)
+from .parity import Gates, ParityReport, check_parity
+
+LOADER = "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle"
+FORMAT = "tflite-mediapipe"
+MODEL_FILE = "model.tflite"
+INPUT_NAMES = ("ids", "mask", "segment_ids")  # the metadata names MediaPipe's BERT pre-processing looks up
+HEADS = ("sentence_embedding", "token_ids")
+SIGNATURE = "serving_default"
+MODES = ("none", "dynamic")
+MIN_PARSER_VERSION = "1.1.0"
+MAX_P1_DROP = 0.3
+
+log = logging.getLogger(__name__)
+
+
+def _require_mediapipe():
+    from .onnx_text import preload_ortx
+
+    preload_ortx()  # before MediaPipe imports TensorFlow: onnx-text bundles then still open here
+    try:
+        import mediapipe  # noqa: F401
+        from mediapipe.tasks.python.text import text_embedder  # noqa: F401
+    except ImportError as exc:
+        raise TinyglotError(f"tflite-mediapipe bundles need mediapipe ({exc})",
+                            "pip install 'tinyglot[mediapipe]'") from None
+
+
+def gates_for_mode(mode: str) -> Gates:
+    gates = Gates.for_mode(mode)
+    gates.max_p1_drop = MAX_P1_DROP
+    if mode == "none":  # same graph, another runtime (XNNPACK kernels): fp32 round-off only
+        gates.min_mean_cosine, gates.min_cosine, gates.max_abs_diff = 0.999, 0.99, 1e-2
+    return gates
+
+
+# ====================================================================== the graph
+class _Module:  # namespace for the lazily defined torch module class
+    cls = None
+
+
+def mediapipe_module_class():
+    """``(ids, mask, segment_ids)`` as MediaPipe's BERT pre-processing fills them ->
+    ``(sentence_embedding, token_ids)``."""
+    if _Module.cls is None:
+        import torch
+        from torch import nn
+
+        class MediaPipeModule(nn.Module):
+            def __init__(self, model) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, ids, mask, segment_ids):
+                n = ids.shape[1]
+                # [CLS] t0 .. tk [SEP] pad..: token j is at j + 1 and is real iff mask[j + 2] == 1.
+                # segment_ids are all 0; adding 0 * them keeps the third input in the converted file.
+                real = ids[:, 1:n - 1] + segment_ids[:, 1:n - 1] * 0
+                real_mask = mask[:, 2:n]
+                emb = self.model.embed(real, real_mask)
+                emb = torch.nn.functional.normalize(emb, p=2.0, dim=-1, eps=1e-12)
+                return emb, (real * real_mask).to(torch.float32)
+
+        _Module.cls = MediaPipeModule
+    return _Module.cls
+
+
+def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) -> Path:
+    """litert-torch conversion at ``[1, max_len + 2]`` int32 inputs, one signature (one subgraph)."""
+    import litert_torch
+    import torch
+
+    from .onnx import _eager_attention
+    from .tflite import _quant_config
+
+    seq = int(max_len) + 2
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, max(3, vocab_size), (1, seq), generator=gen, dtype=torch.int32)
+    mask = torch.ones_like(ids)
+    mask[:, seq // 2:] = 0  # padded positions, so the masking path stays in the graph
+    kwargs = {"ids": ids * mask, "mask": mask, "segment_ids": torch.zeros_like(ids)}
+    module.eval()
+    qcfg = _quant_config(mode)
+    quiet = logging.getLogger("litert_torch")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        with _eager_attention(getattr(module, "model", module)), torch.no_grad():
+            conv = litert_torch.signature(SIGNATURE, module, sample_kwargs=kwargs)
+            edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
+        edge.export(str(path))
+    except Exception as exc:
+        raise TinyglotError(f"litert-torch conversion failed: {type(exc).__name__}: {exc}",
+                            "report this with the model's config.json") from exc
+    finally:
+        quiet.setLevel(level)
+    return Path(path)
+
+
+def _io_names(path: str | Path) -> tuple[list[str], list[str]]:
+    """Tensor names of the subgraph's inputs (ordered as ``INPUT_NAMES``) and outputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(path))
+    inputs = {d["name"]: d for d in it.get_input_details()}
+    ordered = []
+    for want in INPUT_NAMES:
+        match = [n for n in inputs if n in (want, f"{SIGNATURE}_{want}", f"{SIGNATURE}_{want}:0")]
+        if len(match) != 1:
+            raise TinyglotError(f"{path}: cannot find the input {want!r} among {sorted(inputs)}",
+                                "report this with the model's config.json")
+        ordered.append(match[0])
+    return ordered, [d["name"] for d in it.get_output_details()]
+
+
+def _metadata_writer():
+    """mediapipe's metadata_writer module; provides the parser-version function MediaPipe 1.2.x
+    wheels lack (see the module docstring)."""
+    _require_mediapipe()
+    name = "mediapipe.tasks.cc.metadata.python._pywrap_metadata_version"
+    try:
+        __import__(name)
+    except ImportError:
+        shim = types.ModuleType(name)
+        shim.GetMinimumMetadataParserVersion = lambda buf: MIN_PARSER_VERSION
+        parts = name.split(".")
+        for i in range(3, len(parts)):
+            sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+        sys.modules[name] = shim
+        sys.modules[".".join(parts[:-1])]._pywrap_metadata_version = shim  # type: ignore[attr-defined]
+    from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
+
+    return metadata_writer
+
+
+def write_metadata(src: str | Path, dst: str | Path, sp_model: str | Path, dim: int, max_len: int) -> Path:
+    """Add TFLite Metadata: BERT text input with the SentencePiece tokenizer process unit (the
+    ``tokenizer.model`` file packed inside) and the two embedding heads."""
+    mw = _metadata_writer()
+    inputs, outputs = _io_names(src)
+    if len(outputs) != len(HEADS):
+        raise TinyglotError(f"{src} has {len(outputs)} outputs, expected {len(HEADS)}")
+    writer = mw.MetadataWriter.create(bytearray(Path(src).read_bytes()))
+    writer.add_general_info("tinyglot sentence encoder",
+                            f"Raw text in, L2-normalised sentence embedding (dim {dim}) out; SentencePiece "
+                            f"tokenizer in the metadata; the first {max_len} tokens count.")
+    writer.add_bert_text_input(mw.SentencePieceTokenizer(sentence_piece_model_path=str(sp_model)), *inputs)
+    writer.add_feature_output(name=HEADS[0], description="L2-normalised mean-pooled sentence embedding")
+    writer.add_feature_output(name=HEADS[1], description="SentencePiece ids the encoder saw (0 = padding)")
+    model, _ = writer.populate()
+    Path(dst).write_bytes(bytes(model))
+    return Path(dst)
+
+
+# ====================================================================== running a bundle
+class MediaPipeTextEncoder:
+    """``Encoder`` over a tflite-mediapipe file run by MediaPipe's TextEmbedder (raw strings in,
+    MediaPipe's own tokenisation): one string per call, as MediaPipe embeds them."""
+
+    def __init__(self, model_path: str | Path, max_len: int, name: str = "") -> None:
+        _require_mediapipe()
+        from mediapipe.tasks.python.core import base_options
+        from mediapipe.tasks.python.text import text_embedder
+
+        self.model_path = Path(model_path)
+        self.max_len = int(max_len)
+        self.name = name or f"tflite-mediapipe ({self.model_path.parent.name})"
+        options = text_embedder.TextEmbedderOptions(
+            base_options=base_options.BaseOptions(model_asset_path=str(self.model_path)),
+            l2_normalize=False, quantize=False)
+        try:
+            self.embedder = text_embedder.TextEmbedder.create_from_options(options)
+        except Exception as exc:  # noqa: BLE001 - MediaPipe raises RuntimeError/ValueError with its status
+            raise TinyglotError(f"MediaPipe's TextEmbedder cannot open {self.model_path} ({exc})",
+                                "re-export the bundle with `tinyglot export --format tflite-mediapipe`") from None
+        # closed when this encoder is collected or at exit, before the interpreter tears MediaPipe's
+        # modules down (its own __del__ then fails with "'NoneType' object is not callable")
+        self._closer = weakref.finalize(self, self.embedder.close)
+        # MediaPipe runs its calls on a thread pool that Python stops before atexit handlers run:
+        # close before that (threading's own exit hooks), when the hook exists
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None:
+            try:
+                register(self._closer)
+            except RuntimeError:  # already shutting down
+                pass
+
+    def run_text(self, text: str) -> tuple[np.ndarray, list[int]]:
+        """``(embedding, token ids)`` of one string, straight from MediaPipe (no checks)."""
+        result = self.embedder.embed(text)
+        heads = {e.head_name: e for e in result.embeddings}
+        emb = np.asarray(heads[HEADS[0]].embedding, dtype=np.float32)
+        ids = [round(float(x)) for x in heads[HEADS[1]].embedding]
+        while ids and ids[-1] == 0:
+            ids.pop()
+        return emb, ids
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        from .onnx_text import check_sentences
+
+        texts = check_sentences(sentences)
+        rows = []
+        for i, text in enumerate(texts):
+            emb, ids = self.run_text(text)
+            if not ids:
+                raise TinyglotError(f"sentence #{i} is empty (or only whitespace): {text!r}",
+                                    "drop empty strings before encoding")
+            rows.append(emb)
+        return np.stack(rows).astype(np.float32)
+
+    def close(self) -> None:
+        self._closer()
+
+
+def load_tflite_mediapipe_bundle(path: str | Path, **_: Any) -> MediaPipeTextEncoder:
+    """The loader named in a tflite-mediapipe bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
+    path = Path(path)
+    cfg = read_bundle(path, FORMAT)
+    q = cfg.get("quantization", {}).get("mode", "none")
+    return MediaPipeTextEncoder(path / cfg["files"][0], cfg["max_len"],
+                                name=f"tflite-mediapipe{'-' + q if q != 'none' else ''} ({path.name})")
+
+
+# ====================================================================== the whole export
+@dataclass
+class MediaPipeExportResult:
+    out: Path
+    config: dict
+    parity: ParityReport
+    sizes: dict[str, int]
+    source_bytes: int
+    graph: dict
+
+
+def export_tflite_mediapipe(
+    model: str | Path,
+    out: str | Path,
+    quantization: str = "none",
+    *,
+    threads: int = 1,
+    max_sentences: int = 100,
+    testset=None,
+    gates: Gates | None = None,
+    parity_gate: bool = True,
+    standalone: bool = True,
+    card: bool = True,
+    say: Callable[[str], None] = lambda msg: None,
+) -> MediaPipeExportResult:
+    """Export the student or teacher at ``model`` to a TFLite file MediaPipe's TextEmbedder opens.
+
+    ``quantization``: ``none`` (fp32) or ``dynamic`` (dynamic-range int8).  Parity: in this process
+    through MediaPipe's TextEmbedder, then (``standalone``) in a process that imports only
+    mediapipe (token ids from the ``token_ids`` head).  ``config.json`` is written last, only if
+    the gates pass (or not ``parity_gate``).  ``card``: write the bundle's README.md."""
+    from .parity import STANDALONE_MEDIAPIPE, check_standalone
+    from .tflite import (
+        _n_params,
+        _require_litert,
+        shorten_tensor_names,
+        verify_quantized,
+    )
+
+    _require_litert(convert=True)
+    _require_mediapipe()
+    if quantization not in MODES:
+        raise TinyglotError(f"--quantize {quantization} is not available for tflite-mediapipe",
+                            f"choose one of: {', '.join(MODES)}")
+    model_path, out = Path(model), Path(out)
+    source, tokenizer, scfg = load_source(model_path)
+    if not tokenizer.folds_case:
+        raise TinyglotError(
+            f"the vocabulary of {model_path} is case-sensitive, and MediaPipe lower-cases ASCII before "
+            "SentencePiece: its ids would differ from tinyglot's",
+            "train the student on a case-folding vocabulary (`tinyglot data vocab` without --keep-case), "
+            "or export --format onnx-text")
+    check_bundle_out(model_path, out)
+    max_len = int(scfg["max_len"])
+    from tinyglot.models import TorchEncoder
+
+    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
+    dim = int(reference.encode(["a"]).shape[1])
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
+        tmp = Path(tmp)
+        say(f"converting {model_path} ({scfg.get('kind')}) with litert-torch for MediaPipe: inputs "
+            f"[1, {max_len + 2}], quantization {quantization}")
+        raw = convert(mediapipe_module_class()(source), tmp / "raw.tflite", max_len, quantization,
+                      tokenizer.vocab_size)
+        shorten_tensor_names(raw)
+        stats = verify_quantized(raw, quantization, 4 * _n_params(source))
+        tokenizer.save(tmp / TOKENIZER)
+        final = write_metadata(raw, tmp / MODEL_FILE, tmp / TOKENIZER, dim, max_len)
+        for stale in ("config.json", PARITY):
+            (out / stale).unlink(missing_ok=True)
+        os.replace(final, out / MODEL_FILE)
+    tokenizer.save(out / TOKENIZER)
+
+    gates = gates or gates_for_mode(quantization)
+    say(f"checking parity against the source on up to {max_sentences} pairs per language (MediaPipe TextEmbedder)")
+    exported = MediaPipeTextEncoder(out / MODEL_FILE, max_len)
+    try:
+        report = check_parity(reference, exported, testset, gates, languages=tokenizer.languages,
+                              max_sentences=max_sentences, label=f"tflite-mediapipe {quantization}")
+    finally:
+        exported.close()
+    if standalone:
+        say("checking the file in a separate process with mediapipe only")
+        report.standalone = check_standalone(STANDALONE_MEDIAPIPE, out / MODEL_FILE, reference, tokenizer, max_len,
+                                             testset, gates, languages=tokenizer.languages,
+                                             max_sentences=max_sentences, threads=threads)
+    report.write_json(out / PARITY)
+    import mediapipe
+
+    cfg = bundle_config(
+        loader=LOADER, fmt=FORMAT, model_files=[MODEL_FILE], source=model_path, source_cfg=scfg,
+        tokenizer=tokenizer, dim=dim, max_len=max_len,
+        quantization={"mode": quantization, "name": quantization,
+                      "recipe": "quant_recipes.full_dynamic_recipe" if quantization == "dynamic" else None},
+        extra={"tflite": {"converter": "litert-torch", "inputs": list(INPUT_NAMES), "input_shape": [1, max_len + 2],
+                          "input_dtype": "int32", "heads": list(HEADS), "weights": stats["weights"],
+                          "metadata": f"BERT text input + SentencePiece tokenizer process unit (min parser "
+                                      f"{MIN_PARSER_VERSION})",
+                          "checked_with": f"mediapipe {getattr(mediapipe, '__version__', '?')}",
+                          "truncation": f"first {max_len} SentencePiece ids of the whole string (MediaPipe)",
+                          "empty_sentence": "zero vector in MediaPipe; TinyglotError in tinyglot.load"},
+               "tokenisation": "MediaPipe (metadata)",
+               "parity": parity_summary(report, parity_gate)},
+    )
+    if card:  # tinyglot run writes its own README.md (with this usage part) after its report
+        write_model_card(out, cfg, report)
+    finalize_bundle(out, cfg, report, parity_gate)
+    return MediaPipeExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+
+
+# ====================================================================== model card
+def model_card(cfg: dict, report: ParityReport | None = None) -> str:
+    name = cfg["files"][0]
+    q = cfg.get("quantization", {}).get("mode", "none")
+    parity = ""
+    if report is not None and report.rows:
+        parity = (f"\n## Parity with the PyTorch source\n\nMean cosine {report.mean_cosine:.6f}, P@1 "
+                  f"{report.p1_exported:.1f} vs {report.p1_reference:.1f} ({report.n_sentences} test sentences)")
+        sa = getattr(report, "standalone", None)
+        if sa is not None:
+            parity += (f"; in a process with {sa.runtime} only: token ids identical on {sa.n_ids_equal}/"
+                       f"{sa.n_sentences} sentences, mean cosine {sa.mean_cosine:.6f}")
+        parity += ". See `parity.json`.\n"
+    return f"""# tinyglot sentence encoder: TFLite for MediaPipe TextEmbedder ({'int8' if q == 'dynamic' else 'fp32'})
+
+`{name}` opens in MediaPipe's TextEmbedder (Android, iOS, web, Python) and embeds raw strings:
+the SentencePiece model is packed in its TFLite Metadata, MediaPipe tokenises, the file
+mean-pools and L2-normalises. Head `{HEADS[0]}` is the sentence embedding (dimension
+{cfg['dim']}); head `{HEADS[1]}` holds the token ids the model saw (for checks; ignore it).
+Only the first {cfg['max_len']} tokens of a string count. A string without any token gives a
+zero vector. Languages of the vocabulary: {', '.join(cfg.get('languages', []))}.
+
+## Kotlin (Android, `com.google.mediapipe:tasks-text`)
+
+```kotlin
+val options = TextEmbedder.TextEmbedderOptions.builder()
+    .setBaseOptions(BaseOptions.builder().setModelAssetPath("{name}").build())
+    .build()
+val embedder = TextEmbedder.createFromOptions(context, options)
+val a = embedder.embed("Hallo Welt").embeddingResult().embeddings()[0]
+val b = embedder.embed("Hello world").embeddingResult().embeddings()[0]
+val similarity = TextEmbedder.cosineSimilarity(a, b)
+```
+
+## Swift (iOS, pod `MediaPipeTasksText`)
+
+```swift
+let options = TextEmbedderOptions()
+options.baseOptions.modelAssetPath = Bundle.main.path(forResource: "model", ofType: "tflite")!
+let embedder = try TextEmbedder(options: options)
+let a = try embedder.embed(text: "Hallo Welt").embeddingResult.embeddings[0]
+let b = try embedder.embed(text: "Hello world").embeddingResult.embeddings[0]
+let similarity = try TextEmbedder.cosineSimilarity(embedding1: a, embedding2: b)
+```
+
+## JavaScript (browser, npm `@mediapipe/tasks-text`)
+
+```js
+import {{ FilesetResolver, TextEmbedder }} from "@mediapipe/tasks-text";
+const fileset = await FilesetResolver.forTextTasks("node_modules/@mediapipe/tasks-text/wasm");
+const embedder = await TextEmbedder.createFromOptions(fileset, {{ baseOptions: {{ modelAssetPath: "{name}" }} }});
+const a = embedder.embed("Hallo Welt").embeddings[0];
+const b = embedder.embed("Hello world").embeddings[0];
+console.log(TextEmbedder.cosineSimilarity(a, b));
+```
+
+## Python (`pip install mediapipe`)
+
+```python
+from mediapipe.tasks.python.core.base_options import BaseOptions
+from mediapipe.tasks.python.text import text_embedder
+
+options = text_embedder.TextEmbedderOptions(base_options=BaseOptions(model_asset_path="{name}"))
+with text_embedder.TextEmbedder.create_from_options(options) as embedder:
+    a = embedder.embed("Hallo Welt").embeddings[0]
+    b = embedder.embed("Hello world").embeddings[0]
+    print(text_embedder.TextEmbedder.cosine_similarity(a, b))
+```
+
+With tinyglot: `tinyglot.load("<this folder>").encode(["Hallo Welt"])` runs the same TextEmbedder.
+
+## Limits
+
+MediaPipe lower-cases ASCII before SentencePiece (harmless: this vocabulary folds case itself)
+and tokenises the whole string before truncating. Inputs `ids`/`mask`/`segment_ids` are
+`[1, {cfg['max_len'] + 2}]` int32 (`[CLS]` and `[SEP]` are dropped inside the graph).
+Quantization: {q}. Checked with {cfg.get('tflite', {}).get('checked_with', 'mediapipe')}.
+{parity}"""
+
+
+def write_model_card(out: str | Path, cfg: dict, report: ParityReport | None = None) -> Path:
+    from tinyglot.io import atomic_write_text
+
+    path = Path(out) / "README.md"
+    atomic_write_text(path, model_card(cfg, report))
+    return path
+
+
+__all__ = ["MediaPipeTextEncoder", "export_tflite_mediapipe", "load_tflite_mediapipe_bundle",
+           "mediapipe_module_class", "model_card", "write_metadata"]

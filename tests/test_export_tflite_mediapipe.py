@@ -1,0 +1,144 @@
+"""tflite-mediapipe bundles: MediaPipe's TextEmbedder embeds raw strings with the exported file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("litert_torch")
+pytest.importorskip("mediapipe.tasks.python.text.text_embedder")
+
+from tinyglot.export.tflite_mediapipe import (
+    MediaPipeTextEncoder,
+    export_tflite_mediapipe,
+)
+
+import tinyglot
+from tinyglot.errors import TinyglotError
+from tinyglot.models import TorchEncoder
+
+from .test_tokenizer import TRICKY
+
+N = 25
+SENTENCES = ["Datei öffnen", "OPEN THE FILE", "ファイルを開く 😀", "Откройте диалоговое окно\u00a0и\tвыберите",
+             "ＦＵＬＬ　ｗｉｄｔｈ", "word " * 300]
+
+
+@pytest.fixture(scope="module")
+def mp_bundle(student_dir, tmp_path_factory):
+    return export_tflite_mediapipe(student_dir, tmp_path_factory.mktemp("bundles") / "mp-fp32", "none",
+                                   max_sentences=N)
+
+
+@pytest.fixture(scope="module")
+def mp_int8_bundle(student_dir, tmp_path_factory):
+    return export_tflite_mediapipe(student_dir, tmp_path_factory.mktemp("bundles") / "mp-int8", "dynamic",
+                                   max_sentences=N)
+
+
+def _reference(student_dir):
+    from tinyglot.export.bundle import load_source
+
+    model, tok, cfg = load_source(student_dir)
+    return TorchEncoder(tok, model.embed, cfg["max_len"]), tok, cfg["max_len"]
+
+
+def test_mediapipe_text_embedder_embeds_raw_strings(mp_bundle, student_dir):
+    """MediaPipe's own Python API, no tinyglot code in between, matches the PyTorch student."""
+    from mediapipe.tasks.python.core.base_options import BaseOptions
+    from mediapipe.tasks.python.text import text_embedder
+
+    ref, _, _ = _reference(student_dir)
+    want = ref.encode(SENTENCES)
+    options = text_embedder.TextEmbedderOptions(base_options=BaseOptions(
+        model_asset_path=str(mp_bundle.out / "model.tflite")))
+    with text_embedder.TextEmbedder.create_from_options(options) as embedder:
+        got = np.stack([np.asarray(embedder.embed(s).embeddings[0].embedding) for s in SENTENCES])
+        assert embedder.embed("x").embeddings[0].head_name == "sentence_embedding"
+    cos = (got * want).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cos.min() >= 0.99, cos
+
+
+def test_token_ids_equal_the_python_tokenizer(mp_bundle, student_dir):
+    _, tok, max_len = _reference(student_dir)
+    enc = tinyglot.load(mp_bundle.out)
+    assert isinstance(enc, MediaPipeTextEncoder)
+    try:
+        for text in [*TRICKY, *SENTENCES]:
+            emb, ids = enc.run_text(text)
+            want = tok.tokenize(text)[:max_len]
+            # MediaPipe's Python binding passes a C string: text after a NUL character is not seen
+            assert ids == want or ("\0" in text and ids == tok.tokenize(text.split("\0")[0])[:max_len]), text
+            if not want:
+                assert not np.abs(emb).any()  # no token: a zero vector
+    finally:
+        enc.close()
+
+
+def test_bundle_config_card_and_standalone_parity(mp_bundle, mp_int8_bundle):
+    for result, min_cos in ((mp_bundle, 0.999), (mp_int8_bundle, 0.99)):
+        assert result.parity.passed, result.parity.failures
+        cfg = json.loads((result.out / "config.json").read_text())
+        assert cfg["format"] == "tflite-mediapipe" and cfg["tflite"]["input_shape"] == [1, 50]
+        card = (result.out / "README.md").read_text()
+        assert "TextEmbedder.createFromOptions" in card and '"model.tflite"' in card and "Swift" in card
+        sa = json.loads((result.out / "parity.json").read_text())["standalone"]
+        assert sa["runtime"].startswith("mediapipe") and sa["forbidden_modules"] == []
+        assert sa["n_ids_equal"] == sa["n_sentences"] and sa["mean_cosine"] >= min_cos and sa["p1_drop"] <= 0.3
+    assert mp_int8_bundle.sizes["model.tflite"] < mp_bundle.sizes["model.tflite"]
+    assert mp_int8_bundle.graph["weights"].get("int8", 0) > 0
+
+
+def test_bad_input_same_errors_as_the_torch_student(mp_bundle, student_dir):
+    torch_enc = tinyglot.load(student_dir)
+    enc = tinyglot.load(mp_bundle.out)
+    try:
+        for bad in ([], ["ok", 3], "one string", ["ok", "  \u200b "]):
+            with pytest.raises(TinyglotError) as want:
+                torch_enc.encode(bad)
+            with pytest.raises(TinyglotError) as got:
+                enc.encode(bad)
+            assert got.value.problem == want.value.problem
+        big = enc.encode(["long " * 200_000])  # 1 MB: truncated by MediaPipe, not a crash
+        assert big.shape == (1, 32) and np.isfinite(big).all()
+    finally:
+        enc.close()
+
+
+def test_case_sensitive_vocabulary_is_refused(small_pairs, tmp_path):
+    import torch
+    from tinyglot.distill.config import StudentConfig
+    from tinyglot.distill.student import Student, save_student
+
+    from tinyglot.tokenizer import Tokenizer
+
+    tok = Tokenizer.train([s for p in small_pairs[:400] for s in (p.x, p.en)], ["de", "en"], vocab_size=600,
+                          lowercase=False)
+    torch.manual_seed(0)
+    cfg = StudentConfig(hidden_size=32, num_layers=1, num_heads=2, ffn_size=64, max_len=16, dropout=0.0,
+                        vocab_size=tok.vocab_size)
+    student = save_student(Student(cfg), tok, tmp_path / "cased")
+    with pytest.raises(TinyglotError, match="case-sensitive"):
+        export_tflite_mediapipe(student, tmp_path / "out")
+
+
+def test_onnx_text_bundles_still_open_after_a_mediapipe_bundle(mp_bundle, student_dir, tmp_path):
+    """MediaPipe imports TensorFlow; tinyglot loads onnxruntime-extensions before it, so both kinds of
+    bundle work in one process (in a fresh one: this test process preloaded it already)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime_extensions")
+    from tinyglot.export.onnx_text import export_onnx_text
+
+    text = export_onnx_text(student_dir, tmp_path / "text", "none", max_sentences=5, standalone=False).out
+    code = ("import sys, tinyglot\n"
+            "a = tinyglot.load(sys.argv[1]).encode(['Hallo Welt'])\n"
+            "b = tinyglot.load(sys.argv[2]).encode(['Hallo Welt'])\n"
+            "print('cosine', float(a[0] @ b[0]))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(mp_bundle.out), str(text)], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout.split("cosine")[-1]) > 0.999
