@@ -247,11 +247,27 @@ def _import_tf():
     except ImportError as exc:
         raise TinyglotError(f"TensorFlow is needed to run a SavedModel teacher but cannot be imported ({exc})",
                             "pip install 'tinyglot[tf]'") from None
+    try:  # registers the SentencePiece / text ops that LaBSE, USE-m and tinyglot's SavedModels use
+        import tensorflow_text  # noqa: F401
+    except ImportError:
+        pass  # a model that needs them fails to load: _load_saved_model names the extra
     try:
         import tensorflow_hub as hub
     except ImportError:  # tf.saved_model.load reads the same local folders
         hub = None
     return tf, hub
+
+
+def _load_saved_model(load: Callable, path: Path):
+    """``load(path)``, with the missing-op error of a model that needs tensorflow-text made clear."""
+    try:
+        return load(str(path))
+    except Exception as exc:  # TensorFlow raises several types for an unregistered op
+        if "Op type not registered" not in str(exc):
+            raise
+        op = str(exc).split("'")[1] if "'" in str(exc) else "an op"
+        raise TinyglotError(f"the SavedModel at {path} uses the TensorFlow op {op}, which is not registered "
+                            "(tensorflow-text is not installed)", "pip install 'tinyglot[tf]'") from None
 
 
 class TFHubEncoder(_Teacher):
@@ -281,8 +297,8 @@ class TFHubEncoder(_Teacher):
         self._tf, hub = _import_tf()
         load = hub.load if hub is not None else self._tf.saved_model.load
         self._device = {"cpu": "/CPU:0", "cuda": "/GPU:0", "gpu": "/GPU:0"}.get(str(device).split(":")[0])
-        self._model = self._callable(load(str(path)), path)
-        self._pre = self._callable(load(str(preprocessor)), preprocessor) if preprocessor else None
+        self._model = self._callable(_load_saved_model(load, path), path)
+        self._pre = self._callable(_load_saved_model(load, preprocessor), preprocessor) if preprocessor else None
 
     def _callable(self, obj, path: Path) -> Callable:
         if callable(obj):

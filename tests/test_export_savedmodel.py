@@ -105,6 +105,27 @@ def test_signatures_strings_and_ids(bundle, student_dir):
     assert np.abs(out["sentence_embedding"].numpy() - ref.encode(SENTENCES)).max() < 1e-4
 
 
+def test_tfhub_teacher_opens_tinyglots_own_savedmodel(bundle, student_dir):
+    """The TF Hub teacher adapter registers tensorflow-text's SentencePiece op before loading, so a
+    SavedModel with the tokenizer in its graph (tinyglot's, LaBSE's, USE-m's) can teach."""
+    from tinyglot.distill.teachers import load_teacher_encoder
+
+    teacher = load_teacher_encoder(f"tfhub:{bundle.out}")
+    emb = teacher.encode(SENTENCES)
+    assert np.abs(emb - _torch_encoder(student_dir).encode(SENTENCES)).max() < 1e-4
+
+
+def test_a_savedmodel_with_an_unregistered_op_is_a_clear_error(tmp_path):
+    from tinyglot.distill.teachers import _load_saved_model
+
+    def load(path):
+        raise RuntimeError("Op type not registered 'SentencepieceOp' in binary running on host")
+
+    with pytest.raises(TinyglotError, match="SentencepieceOp.*tensorflow-text") as info:
+        _load_saved_model(load, tmp_path)
+    assert "tinyglot[tf]" in info.value.fix
+
+
 def test_tinyglot_load_gives_an_encoder(bundle, student_dir):
     enc = tinyglot.load(bundle.out)
     assert isinstance(enc, SavedModelEncoder)
