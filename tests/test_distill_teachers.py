@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -373,3 +374,20 @@ def test_unknown_specs_are_clear_errors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))  # neither loader nor model_type
     with pytest.raises(TinyglotError, match="not a model folder"):
         load_teacher_encoder(str(tmp_path))
+
+
+def test_teacher_replaced_in_place_with_same_size_and_mtime_gets_a_new_identity(bert_dir, tmp_path):
+    """The embedding cache is keyed by the teacher's identity: it follows the weights' bytes, so a
+    teacher rewritten with its old size and modification time is never served stale embeddings."""
+    folder = tmp_path / "bert"
+    shutil.copytree(bert_dir, folder)
+    weights = folder / "extra_weights.bin"  # a file over 1 MiB: such files were once keyed by size + mtime only
+    weights.write_bytes(bytes(range(256)) * (8 << 10))
+    before = load_teacher_encoder(f"hf:{folder}").identity()
+    st = weights.stat()
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert weights.stat().st_size == st.st_size and weights.stat().st_mtime_ns == st.st_mtime_ns
+    assert load_teacher_encoder(f"hf:{folder}").identity() != before

@@ -421,3 +421,17 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     report = (tmp_path / "run" / "report.md").read_text()
     assert "peer: multilingual-e5-small" in report and "peer: Google USE-multilingual" in report
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run
+
+
+def test_corpus_replaced_in_place_with_same_size_and_mtime_changes_the_stage_inputs(tmp_path):
+    from tinyglot.pipeline import train_data_inputs
+
+    corpus = tmp_path / "de.tsv"
+    corpus.write_text("open the file\tDatei öffnen\n", encoding="utf-8")
+    cfg = load_config("tiny", sets=[f"data.train={corpus}"])
+    before = hash_json(train_data_inputs(cfg))
+    st = corpus.stat()
+    corpus.write_text("save the file\tDatei öffnen\n", encoding="utf-8")  # same length
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert corpus.stat().st_size == st.st_size and corpus.stat().st_mtime_ns == st.st_mtime_ns
+    assert hash_json(train_data_inputs(cfg)) != before

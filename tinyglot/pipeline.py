@@ -491,9 +491,11 @@ def corpus_path(path: str, test: bool = False) -> Path:
 
 
 def data_fingerprint(root: Path) -> dict[str, Any]:
-    """Names, sizes and modification times of a corpus's files (cheap: corpora can be large)."""
-    files = sorted(root.rglob("*")) if root.is_dir() else [root]
-    return {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.is_file()}
+    """sha256 of a corpus's files by content, each file hashed once per version (device, inode, size,
+    mtime, ctime): a corpus replaced in place with the same size and mtime is not silently reused."""
+    from tinyglot.integrity import content_fingerprint
+
+    return content_fingerprint(root)
 
 
 # ------------------------------------------------------------------ stage 1: teacher
