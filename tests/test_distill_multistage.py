@@ -153,7 +153,7 @@ def test_each_stage_loss_matches_an_independent_computation(ms_run, tiny_teacher
 def test_a_new_teacher_projection_starts_at_least_squares(ms_run, small_pairs, tiny_teacher_dir, assistant_dir,
                                                            tmp_path):
     """Stage 1's projection 32 -> 64 starts at the least-squares map on the first 64+ pairs (numpy's
-    lstsq on the same rows reaches the same error), far below a random projection."""
+    ridge solution on the same rows reaches the same error), far below a random projection."""
     tr: MultiStageTrainer = ms_run["trainer"]
     fitted = tr.build(1)[0].eval()
     random_tr = _trainer(small_pairs, tiny_teacher_dir, assistant_dir, tmp_path / "r", {"train": {"head_fit_pairs": 0}},
@@ -168,8 +168,10 @@ def test_a_new_teacher_projection_starts_at_least_squares(ms_run, small_pairs, t
             xs += [_np(fitted.embed(b.s_ids, b.s_mask)), _np(fitted.embed(b.t_ids, b.t_mask))]
             ys += [t, t]
     x, y = np.concatenate(xs), np.concatenate(ys)
-    x1 = np.concatenate([x, np.ones((len(x), 1))], 1)
-    best = ((x1 @ np.linalg.lstsq(x1, y, rcond=None)[0] - y) ** 2).mean()
+    x1 = np.concatenate([x, np.ones((len(x), 1))], 1).astype(np.float64)
+    gram = x1.T @ x1  # the same ridge-regularised normal equations as least_squares_head (ridge 1e-4)
+    gram += 1e-4 * gram.diagonal().mean() * np.eye(len(gram))
+    best = ((x1 @ np.linalg.solve(gram, x1.T @ y) - y) ** 2).mean()
     err = lambda m: ((_np(m.heads["teacher"](torch.from_numpy(x).float())) - y) ** 2).mean()  # noqa: E731
     assert err(fitted) == pytest.approx(best, rel=1e-2)
     assert err(random) > 10 * err(fitted)
