@@ -230,3 +230,16 @@ def test_dimred_folder_cannot_name_python_code_as_its_teacher(tmp_path, monkeypa
     for message in _all_entry_points(folder, capsys):
         assert "may not choose code to run" in message
     assert not marker.exists()
+
+
+def test_every_loader_tinyglot_writes_is_registered():
+    """Each module that writes a config.json with a "loader" has that loader in the registry, or its
+    own folders would be refused."""
+    import importlib
+
+    from tinyglot.models import LOADERS
+
+    for module in ("tinyglot.teacher.train", "tinyglot.distill.student", "tinyglot.distill.multistage",
+                   "tinyglot.distill.dimred", "tinyglot.export.onnx", "tinyglot.export.onnx_text",
+                   "tinyglot.export.tflite", "tinyglot.export.tflite_mediapipe", "tinyglot.export.savedmodel"):
+        assert importlib.import_module(module).LOADER in LOADERS, module

@@ -87,6 +87,9 @@ LOADERS: dict[str, tuple[str, str]] = {
     "tinyglot.distill.multistage:load_multistage": ("tinyglot.distill.multistage", "load_multistage"),
     "tinyglot.distill.dimred:load_dimred": ("tinyglot.distill.dimred", "load_dimred"),
     "tinyglot.export.onnx:load_onnx_bundle": ("tinyglot.export.onnx", "load_onnx_bundle"),
+    "tinyglot.export.onnx_text:load_onnx_text_bundle": ("tinyglot.export.onnx_text", "load_onnx_text_bundle"),
+    "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle": ("tinyglot.export.tflite_mediapipe",
+                                                                      "load_tflite_mediapipe_bundle"),
     "tinyglot.export.tflite:load_tflite_bundle": ("tinyglot.export.tflite", "load_tflite_bundle"),
     "tinyglot.export.savedmodel:load_savedmodel_bundle": ("tinyglot.export.savedmodel", "load_savedmodel_bundle"),
 }
