@@ -134,9 +134,8 @@ def teacher_embeddings(
             rows = order[start:start + chunk]
             emb = np.asarray(teacher.encode([sentences[j] for j in rows], batch_size=batch_size), dtype=np.float32)
             part = _check_rows(emb, len(rows), dim, name).astype(np.float16)
-            with atomic_path(_chunk_file(parts, i)) as tmp:
-                with open(tmp, "wb") as fh:
-                    np.save(fh, part)
+            with atomic_path(_chunk_file(parts, i)) as tmp, open(tmp, "wb") as fh:
+                np.save(fh, part)
             finished += len(rows)
             bar.update(finished)
     with atomic_path(npy) as tmp:
