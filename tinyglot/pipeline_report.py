@@ -317,9 +317,9 @@ def render_markdown(ctx: "RunContext", data: ReportData, figures: list[Path]) ->
             lines += [f"![{alt}]({fig.relative_to(ctx.out).as_posix()})", ""]
     if bundles:
         lines += ["## Export parity", "",
-                  "Each bundle against the PyTorch student on the first "
-                  f"{ctx.cfg.export.parity_sentences} test pairs per language (`parity.json` in the bundle).", "",
-                  parity_table(bundles), ""]
+                  "Each bundle against its PyTorch source (the student; the teacher for `teacher-*` bundles) on the "
+                  f"first {ctx.cfg.export.parity_sentences} test pairs per language (`parity.json` in the bundle).",
+                  "", parity_table([c for c in data.columns if c.kind in ("bundle", "teacher-bundle")]), ""]
     lines += ["## Stages", "", stages_table(ctx), "",
               "A stage is reused when its settings and the outputs of the stages it reads are unchanged and its "
               "own outputs still hash the same (`stages/*.json`).", ""]
