@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma-separated shapes (default: {DEFAULT_SHAPES})")
     ap.add_argument("--trained", action="append", default=[], metavar="NAME=FOLDER",
                     help="a trained student folder: its shape is measured too, with its P@1")
-    ap.add_argument("--peers", type=Path, help="peers.json of benchmarks/peers.py, for the plot")
+    ap.add_argument("--peers", type=Path, help="peers.json of benchmarks/peers.py, for the plot (its speed and its "
+                                               "first test set's P@1; run both on one machine, one thread)")
     ap.add_argument("--quantize", default="avx512-vnni", help="ONNX quantization preset (default: avx512-vnni)")
     ap.add_argument("--max-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     if args.plot:
-        plot(rows, json.loads(args.peers.read_text())["results"] if args.peers else [], args.plot)
+        plot(rows, json.loads(args.peers.read_text())["rows"] if args.peers else [], args.plot)
     return 0
 
 
@@ -221,9 +222,9 @@ def plot(rows: list[dict], peers: list[dict], path: Path) -> None:
         if "p1" in r:
             left.scatter(r["sentences_per_s"], r["p1"], color="tab:blue")
             left.annotate(r["name"], (r["sentences_per_s"], r["p1"]), fontsize=7)
-    for p in peers:
+    for p in (p for p in peers if p.get("kind") == "peer" and "error" not in p):
         left.scatter(p["sentences_per_s"], p["p1"], color="tab:red", marker="s")
-        left.annotate(p.get("label", p["spec"]), (p["sentences_per_s"], p["p1"]), fontsize=7)
+        left.annotate(f"{p['spec']} (peers.py)", (p["sentences_per_s"], p["p1"]), fontsize=7)
     left.set(xscale="log", xlabel="sentences/s (batch 32, 1 thread)", ylabel="P@1", title="quality vs speed")
     right.set(xscale="log", xlabel="sentences/s (batch 32, 1 thread)", ylabel="int8 bundle MB",
               title="size vs speed (gray: untrained shapes)")
