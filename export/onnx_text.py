@@ -59,7 +59,7 @@ from .bundle import (
     read_bundle,
     source_size,
 )
-from .parity import Gates, ParityReport, check_parity
+from .parity import Gates, ParityReport, check_parity, parity_paragraph
 
 LOADER = "tinyglot.export.onnx_text:load_onnx_text_bundle"
 FORMAT = "onnx-text"
@@ -437,15 +437,7 @@ def model_card(cfg: dict, report: ParityReport | None = None) -> str:
     """README.md of an onnx-text bundle: what the file does and the minimal code to use it."""
     name = cfg["files"][0]
     q = cfg.get("quantization", {}).get("mode", "none")
-    parity = ""
-    if report is not None and report.rows:
-        parity = (f"\n## Parity with the PyTorch source\n\nMean cosine {report.mean_cosine:.6f}, P@1 "
-                  f"{report.p1_exported:.1f} vs {report.p1_reference:.1f} ({report.n_sentences} test sentences)")
-        sa = getattr(report, "standalone", None)
-        if sa is not None:
-            parity += (f"; in a process with onnxruntime + onnxruntime-extensions only: token ids identical on "
-                       f"{sa.n_ids_equal}/{sa.n_sentences} sentences, mean cosine {sa.mean_cosine:.6f}")
-        parity += ". See `parity.json`.\n"
+    parity = parity_paragraph(report)
     return f"""# tinyglot sentence encoder: ONNX, raw strings in ({'int8' if q == 'dynamic' else 'fp32'})
 
 `{name}` takes a batch of raw strings and returns L2-normalised sentence embeddings

@@ -452,3 +452,16 @@ def check_standalone(
 
 __all__ = ["HARD_SENTENCES", "Gates", "LangParity", "ParityReport", "StandaloneReport", "check_parity",
            "check_standalone", "run_standalone"]
+
+
+def parity_paragraph(report: "ParityReport | None") -> str:
+    """The "Parity with the PyTorch source" section of a string-in bundle's model card ("" without rows)."""
+    if report is None or not report.rows:
+        return ""
+    text = (f"\n## Parity with the PyTorch source\n\nMean cosine {report.mean_cosine:.6f}, P@1 "
+            f"{report.p1_exported:.1f} vs {report.p1_reference:.1f} ({report.n_sentences} test sentences)")
+    sa = getattr(report, "standalone", None)
+    if sa is not None:
+        text += (f"; in a process with {sa.runtime} only: token ids identical on {sa.n_ids_equal}/"
+                 f"{sa.n_sentences} sentences, mean cosine {sa.mean_cosine:.6f}")
+    return text + ". See `parity.json`.\n"

@@ -59,7 +59,7 @@ from .bundle import (
     read_bundle,
     source_size,
 )
-from .parity import Gates, ParityReport, check_parity
+from .parity import Gates, ParityReport, check_parity, parity_paragraph
 
 LOADER = "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle"
 FORMAT = "tflite-mediapipe"
@@ -396,15 +396,7 @@ def export_tflite_mediapipe(
 def model_card(cfg: dict, report: ParityReport | None = None) -> str:
     name = cfg["files"][0]
     q = cfg.get("quantization", {}).get("mode", "none")
-    parity = ""
-    if report is not None and report.rows:
-        parity = (f"\n## Parity with the PyTorch source\n\nMean cosine {report.mean_cosine:.6f}, P@1 "
-                  f"{report.p1_exported:.1f} vs {report.p1_reference:.1f} ({report.n_sentences} test sentences)")
-        sa = getattr(report, "standalone", None)
-        if sa is not None:
-            parity += (f"; in a process with {sa.runtime} only: token ids identical on {sa.n_ids_equal}/"
-                       f"{sa.n_sentences} sentences, mean cosine {sa.mean_cosine:.6f}")
-        parity += ". See `parity.json`.\n"
+    parity = parity_paragraph(report)
     return f"""# tinyglot sentence encoder: TFLite for MediaPipe TextEmbedder ({'int8' if q == 'dynamic' else 'fp32'})
 
 `{name}` opens in MediaPipe's TextEmbedder (Android, iOS, web, Python) and embeds raw strings:
