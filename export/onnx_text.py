@@ -39,7 +39,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from .bundle import (
     read_bundle,
     source_size,
 )
+from .onnx import ExportResult
 from .parity import Gates, ParityReport, check_parity, parity_paragraph
 
 LOADER = "tinyglot.export.onnx_text:load_onnx_text_bundle"
@@ -326,16 +326,6 @@ def load_onnx_text_bundle(path: str | Path, threads: int = 1, **_: Any) -> OnnxT
 
 
 # ====================================================================== the whole export
-@dataclass
-class TextExportResult:
-    out: Path
-    config: dict
-    parity: ParityReport
-    sizes: dict[str, int]
-    source_bytes: int
-    graph: dict
-
-
 def export_onnx_text(
     model: str | Path,
     out: str | Path,
@@ -349,7 +339,7 @@ def export_onnx_text(
     standalone: bool = True,
     card: bool = True,
     say: Callable[[str], None] = lambda msg: None,
-) -> TextExportResult:
+) -> ExportResult:
     """Export the student or teacher at ``model`` to a string-in ONNX bundle in ``out``.
 
     ``quantization``: ``none`` (fp32) or ``dynamic`` (int8 weights of the encoder part).  Parity:
@@ -429,7 +419,7 @@ def export_onnx_text(
     if card:  # tinyglot run writes its own README.md (with this usage part) after its report
         write_model_card(out, cfg, report)
     finalize_bundle(out, cfg, report, parity_gate)
-    return TextExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
 
 
 # ====================================================================== model card
@@ -500,7 +490,6 @@ def write_model_card(out: str | Path, cfg: dict, report: ParityReport | None = N
 
 __all__ = [
     "OnnxTextEncoder",
-    "TextExportResult",
     "add_tokenizer",
     "export_onnx_text",
     "load_onnx_text_bundle",

@@ -39,7 +39,6 @@ import threading
 import types
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from .bundle import (
     read_bundle,
     source_size,
 )
+from .onnx import ExportResult
 from .parity import Gates, ParityReport, check_parity, parity_paragraph
 
 LOADER = "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle"
@@ -282,16 +282,6 @@ def load_tflite_mediapipe_bundle(path: str | Path, **_: Any) -> MediaPipeTextEnc
 
 
 # ====================================================================== the whole export
-@dataclass
-class MediaPipeExportResult:
-    out: Path
-    config: dict
-    parity: ParityReport
-    sizes: dict[str, int]
-    source_bytes: int
-    graph: dict
-
-
 def export_tflite_mediapipe(
     model: str | Path,
     out: str | Path,
@@ -305,7 +295,7 @@ def export_tflite_mediapipe(
     standalone: bool = True,
     card: bool = True,
     say: Callable[[str], None] = lambda msg: None,
-) -> MediaPipeExportResult:
+) -> ExportResult:
     """Export the student or teacher at ``model`` to a TFLite file MediaPipe's TextEmbedder opens.
 
     ``quantization``: ``none`` (fp32) or ``dynamic`` (dynamic-range int8).  Parity: in this process
@@ -389,7 +379,7 @@ def export_tflite_mediapipe(
     if card:  # tinyglot run writes its own README.md (with this usage part) after its report
         write_model_card(out, cfg, report)
     finalize_bundle(out, cfg, report, parity_gate)
-    return MediaPipeExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
 
 
 # ====================================================================== model card
