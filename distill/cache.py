@@ -1,10 +1,15 @@
 """Teacher embeddings computed once per (teacher, corpus) and kept on disk.
 
 A cache entry is ``<key>.npy`` (float16, memory-mapped on read) plus ``<key>.json`` (teacher
-identity, corpus fingerprint, row count, dimension); while it is computed, finished chunks wait in
-``<key>.chunks/`` so that an interrupted pass resumes.  The key hashes the teacher identity and the
-corpus fingerprint, so a new corpus or teacher gets a new entry; an entry whose metadata does not
-match, or whose file is empty or truncated, is an error, never silently reused.
+identity, corpus fingerprint, row count, dimension) and ``<key>.keys.npy`` (a 16-byte digest of each
+row's sentence); while it is computed, finished chunks wait in ``<key>.chunks/`` so that an
+interrupted pass resumes.  The key hashes the teacher identity and the corpus fingerprint, so a new
+corpus or teacher gets a new entry; an entry whose metadata does not match, or whose file is empty
+or truncated, is an error, never silently reused.
+
+A new entry takes every sentence that an earlier entry of the same teacher already embedded from
+that entry (matched by digest), so growing or re-sampling a corpus costs a teacher pass over the new
+sentences only.
 """
 
 from __future__ import annotations
@@ -35,6 +40,48 @@ def corpus_fingerprint(sentences: Sequence[str]) -> str:
 
 def cache_key(teacher_identity: str, fingerprint: str) -> str:
     return hashlib.sha256(f"{teacher_identity}\n{fingerprint}".encode()).hexdigest()[:20]
+
+
+def sentence_keys(sentences: Sequence[str]) -> np.ndarray:
+    """One 16-byte digest per sentence (dtype ``S16``): how rows are matched across cache entries."""
+    return np.array([hashlib.blake2b(s.encode("utf-8"), digest_size=16).digest() for s in sentences], dtype="S16")
+
+
+def _keys_file(npy: Path) -> Path:
+    return npy.with_name(npy.name[:-len(".npy")] + ".keys.npy")
+
+
+def _earlier_rows(cache_dir: Path, identity: str, keys: np.ndarray, skip: Path
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(found, emb)``: which of ``keys`` earlier entries of this teacher hold, and those rows
+    (float16, in the order of ``keys[found]``); ``emb`` is None when none is found."""
+    found = np.zeros(len(keys), dtype=bool)
+    rows = np.zeros((len(keys), 0), dtype=np.float16)
+    for meta_path in sorted(cache_dir.glob("*.json")):
+        npy = meta_path.with_suffix(".npy")
+        if npy == skip or not _keys_file(npy).is_file():
+            continue
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta.get("teacher") != identity:
+                continue
+            donor_keys = np.load(_keys_file(npy))
+            emb = np.load(npy, mmap_mode="r")
+        except (OSError, ValueError):
+            continue  # an unreadable earlier entry is only a missed saving
+        if donor_keys.dtype != np.dtype("S16") or emb.ndim != 2 or len(emb) != len(donor_keys):
+            continue
+        if rows.shape[1] == 0:
+            rows = np.zeros((len(keys), emb.shape[1]), dtype=np.float16)
+        elif emb.shape[1] != rows.shape[1]:
+            continue
+        order = np.argsort(donor_keys)
+        sorted_keys = donor_keys[order]
+        pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+        hit = ~found & (sorted_keys[pos] == keys)
+        rows[hit] = emb[order[pos[hit]]]
+        found |= hit
+    return found, (rows if found.any() else None)
 
 
 def _check_rows(emb: np.ndarray, n: int, dim: int | None, name: str) -> np.ndarray:
@@ -112,20 +159,31 @@ def teacher_embeddings(
     npy, meta_path, parts = cache_dir / f"{key}.npy", cache_dir / f"{key}.json", cache_dir / f"{key}.chunks"
     if meta_path.exists():
         log.info("teacher embeddings from cache %s", npy)
-        return load_cached(npy, meta_path, identity, fingerprint, len(sentences))
+        emb = load_cached(npy, meta_path, identity, fingerprint, len(sentences))
+        if not _keys_file(npy).is_file():  # an entry from before row digests: add them
+            _save(_keys_file(npy), sentence_keys(sentences))
+        return emb
     # (an .npy without metadata is an interrupted write: it is recomputed, never trusted)
     name = getattr(teacher, "name", type(teacher).__name__)
-    first = _check_rows(np.asarray(teacher.encode(list(sentences[:1]), batch_size=1)), 1, None, name)
-    dim = first.shape[1]
+    keys = sentence_keys(sentences)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    found, earlier = _earlier_rows(cache_dir, identity, keys, skip=npy)
+    missing = np.flatnonzero(~found)
+    if earlier is not None:
+        log.info("teacher embeddings: %d of %d sentences from earlier cache entries of %s, %d to compute",
+                 len(sentences) - len(missing), len(sentences), identity, len(missing))
+        dim = earlier.shape[1]
+    else:
+        dim = _check_rows(np.asarray(teacher.encode(list(sentences[:1]), batch_size=1)), 1, None, name).shape[1]
     # Sort by length so each teacher batch has similar lengths; rows go back to their place at the end.
-    order = np.argsort([len(s) for s in sentences], kind="stable")
+    order = missing[np.argsort([len(sentences[i]) for i in missing], kind="stable")]
     starts = range(0, len(order), chunk)
+    _start_chunks(parts, order, chunk)
     done = {i for i, start in enumerate(starts)
             if _read_chunk(_chunk_file(parts, i), len(order[start:start + chunk]), dim) is not None}
     if done:
         log.info("teacher embeddings: continuing %s (%d of %d chunks done)", parts, len(done), len(starts))
-    parts.mkdir(parents=True, exist_ok=True)
-    bar = Progress(len(sentences), f"teacher embeddings ({name})", progress)
+    bar = Progress(len(order), f"teacher embeddings ({name})", progress)
     finished = sum(len(order[starts[i]:starts[i] + chunk]) for i in done)
     with bar.run(start=finished):
         for i, start in enumerate(starts):
@@ -133,18 +191,36 @@ def teacher_embeddings(
                 continue
             rows = order[start:start + chunk]
             emb = np.asarray(teacher.encode([sentences[j] for j in rows], batch_size=batch_size), dtype=np.float32)
-            part = _check_rows(emb, len(rows), dim, name).astype(np.float16)
-            with atomic_path(_chunk_file(parts, i)) as tmp, open(tmp, "wb") as fh:
-                np.save(fh, part)
+            _save(_chunk_file(parts, i), _check_rows(emb, len(rows), dim, name).astype(np.float16))
             finished += len(rows)
             bar.update(finished)
     with atomic_path(npy) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(sentences), dim))
+        if earlier is not None:
+            out[found] = earlier[found]
         for i, start in enumerate(starts):
-            rows = order[start:start + chunk]
-            out[rows] = np.load(_chunk_file(parts, i))
+            out[order[start:start + chunk]] = np.load(_chunk_file(parts, i))
         out.flush()
         del out
+    _save(_keys_file(npy), keys)
     atomic_write_json(meta_path, {"teacher": identity, "corpus": fingerprint, "rows": len(sentences), "dim": dim})
     shutil.rmtree(parts, ignore_errors=True)
     return np.load(npy, mmap_mode="r")
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, array)
+
+
+def _start_chunks(parts: Path, order: np.ndarray, chunk: int) -> None:
+    """Make the chunk folder of a pass over the rows ``order``; chunks left by a pass over other rows
+    (the earlier entries changed in between) are removed, so a chunk is only ever read back by the
+    pass that wrote it."""
+    plan = hashlib.sha256(order.astype(np.int64).tobytes() + str(chunk).encode()).hexdigest()
+    plan_file = parts / "plan.txt"
+    if parts.is_dir() and (not plan_file.is_file() or plan_file.read_text().strip() != plan):
+        shutil.rmtree(parts)
+    parts.mkdir(parents=True, exist_ok=True)
+    if not plan_file.is_file():
+        plan_file.write_text(plan + "\n")

@@ -17,13 +17,14 @@ class CountingTeacher:
     name = "counting"
 
     def __init__(self, dim=16, grow=False):
-        self.dim, self.grow, self.calls = dim, grow, 0
+        self.dim, self.grow, self.calls, self.seen = dim, grow, 0, []
 
     def identity(self):
         return f"counting-{self.dim}"
 
     def encode(self, sentences, batch_size=64):
         self.calls += 1
+        self.seen += list(sentences)
         dim = self.dim + (self.calls if self.grow else 0)
         out = np.zeros((len(sentences), dim), dtype=np.float32)
         for i, s in enumerate(sentences):
@@ -44,14 +45,60 @@ def test_computed_once_then_read_from_disk(tmp_path):
     assert again.dtype == np.float16 and again.shape == (4, 16)
     assert np.array_equal(np.asarray(first), np.asarray(again))
     assert np.allclose(np.asarray(again, dtype=np.float32), t.encode(SENTS), atol=1e-3)
-    assert len(list(tmp_path.glob("*.npy"))) == 1
+    assert len(list(tmp_path.glob("*.json"))) == 1
 
 
 def test_other_corpus_or_teacher_gets_a_new_entry(tmp_path):
     teacher_embeddings(CountingTeacher(), SENTS, tmp_path, progress=False)
     teacher_embeddings(CountingTeacher(), SENTS[:3], tmp_path, progress=False)
-    teacher_embeddings(CountingTeacher(dim=8), SENTS, tmp_path, progress=False)
-    assert len(list(tmp_path.glob("*.npy"))) == 3
+    other = CountingTeacher(dim=8)
+    teacher_embeddings(other, SENTS, tmp_path, progress=False)
+    assert len(list(tmp_path.glob("*.json"))) == 3
+    assert set(other.seen) == set(SENTS)  # another teacher's rows are never borrowed
+
+
+def _direct(sents):
+    return CountingTeacher().encode(sents).astype(np.float16)
+
+
+def test_a_grown_corpus_embeds_only_its_new_sentences(tmp_path):
+    sents = [f"sentence {i} " + "y" * (i % 5) for i in range(60)]
+    teacher_embeddings(CountingTeacher(), sents[:30], tmp_path, chunk=8, progress=False)
+    grown = sents[50:] + sents[5:40][::-1]  # 10 + 10 new sentences, 25 known ones, another order
+    t = CountingTeacher()
+    emb = teacher_embeddings(t, grown, tmp_path, chunk=8, progress=False)
+    assert sorted(t.seen) == sorted(sents[30:40] + sents[50:])
+    assert np.array_equal(np.asarray(emb), _direct(grown))
+    # every sentence known now: the teacher is not called at all
+    t = CountingTeacher()
+    known = sents[52:] + sents[:40:3]
+    emb = teacher_embeddings(t, known, tmp_path, progress=False)
+    assert t.calls == 0 and np.array_equal(np.asarray(emb), _direct(known))
+
+
+def test_an_entry_from_before_row_digests_gets_them_on_its_next_use(tmp_path):
+    teacher_embeddings(CountingTeacher(), SENTS, tmp_path, progress=False)
+    (keys,) = tmp_path.glob("*.keys.npy")
+    keys.unlink()
+    t = CountingTeacher()
+    teacher_embeddings(t, SENTS[1:], tmp_path, progress=False)
+    assert sorted(t.seen[1:]) == sorted(SENTS[1:])  # without digests nothing could be borrowed
+    teacher_embeddings(CountingTeacher(), SENTS, tmp_path, progress=False)  # a hit: digests written
+    assert keys.is_file()
+    t = CountingTeacher()
+    teacher_embeddings(t, SENTS[:2] + ["new one"], tmp_path, progress=False)
+    assert t.seen == ["new one"]
+
+
+def test_chunks_of_a_pass_over_other_rows_are_not_read_back(tmp_path):
+    sents = [f"s{i}" for i in range(24)]
+    with pytest.raises(KeyboardInterrupt):  # chunks 0 and 1 of a pass over all 24 are left behind
+        teacher_embeddings(InterruptedTeacher(stop_at=4), sents, tmp_path, chunk=8, progress=False)
+    teacher_embeddings(CountingTeacher(), sents[::2], tmp_path, chunk=8, progress=False)  # half known now
+    t = CountingTeacher()
+    emb = teacher_embeddings(t, sents, tmp_path, chunk=8, progress=False)
+    assert sorted(t.seen) == sorted(sents[1::2])  # the 12 unknown ones, not the stale chunks
+    assert np.array_equal(np.asarray(emb), _direct(sents))
 
 
 def test_tampered_empty_or_truncated_cache_is_an_error(tmp_path):
