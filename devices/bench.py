@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
@@ -89,7 +90,10 @@ class BenchModel:
     config: dict
 
     @property
-    def tokenizer_path(self) -> Path:
+    def tokenizer_path(self) -> Path | None:
+        """The SentencePiece model that sizes this model's inputs; None for a peer (it tokenises itself)."""
+        if self.runtime == "peer":
+            return None
         return self.path / self.config.get("tokenizer", "tokenizer.model")
 
 
@@ -104,8 +108,8 @@ def _sha256(path: Path) -> str:
 # bundle format -> runner runtime; the string-in ones (tokenisation inside the measured call) run where
 # the device profile lists their base runtime (PROFILE_RUNTIME)
 BUNDLE_RUNTIMES = {"onnx": "onnx", "tflite": "tflite", "onnx-text": "onnx-text", "tflite-mediapipe": "mediapipe"}
-PROFILE_RUNTIME = {"onnx-text": "onnx", "mediapipe": "tflite"}
-STRING_RUNTIMES = ("onnx-text", "mediapipe")
+PROFILE_RUNTIME = {"onnx-text": "onnx", "mediapipe": "tflite", "peer": "torch"}  # peers run in the host's Python
+STRING_RUNTIMES = ("onnx-text", "mediapipe", "peer")
 
 
 def tokenisation_label(runtime: str) -> str:
@@ -114,9 +118,12 @@ def tokenisation_label(runtime: str) -> str:
 
 
 def resolve_model(path: str | Path) -> BenchModel:
-    """A bundle folder (onnx, tflite) -> runtime of its format; a student folder or teacher run -> torch."""
+    """A bundle folder (onnx, tflite) -> runtime of its format; a student folder or teacher run -> torch;
+    ``peer:NAME`` (a peer of :mod:`tinyglot.peers`) -> its own Python API."""
     from tinyglot.models import read_model_config
 
+    if str(path).startswith("peer:"):
+        return peer_model(str(path).removeprefix("peer:"))
     path = Path(path).resolve()
     cfg = read_model_config(path)
     kind = cfg.get("kind")
@@ -141,6 +148,23 @@ def resolve_model(path: str | Path) -> BenchModel:
                           source_sha(path, cfg), int(cfg.get("max_len", 512)), cfg)
     raise TinyglotError(f"{path} is not a model tinyglot can benchmark (kind={kind!r})",
                         "pass an exported bundle (tinyglot export), a student folder or a teacher run")
+
+
+def peer_model(name: str) -> BenchModel:
+    """A peer as a benchmark target; its size is its installed package folder, its hash its identity."""
+    from tinyglot.io import folder_bytes
+    from tinyglot.peers import PEERS, peer_files
+
+    if name not in PEERS:
+        raise TinyglotError(f"unknown peer {name!r}", f"choose one of: {', '.join(PEERS)}")
+    files = peer_files(name)
+    if files is None:
+        raise TinyglotError(f"the peer {name!r} needs the package {PEERS[name].package}",
+                            f'pip install "tinyglot[peers]" (or pip install {PEERS[name].package})')
+    version = importlib.metadata.version(PEERS[name].package)
+    ident = hashlib.sha256(f"peer:{name}:{PEERS[name].package}=={version}".encode()).hexdigest()
+    return BenchModel(Path(f"peer:{name}"), f"peer {name}", "peer", "peer", "as shipped", Path(f"peer:{name}"),
+                      folder_bytes(files), ident, 512, {"peer": PEERS[name].model})
 
 
 def bench_sentences(n: int = N_SENTENCES) -> list[str]:
@@ -654,6 +678,10 @@ def run_bench(
     if not bundles:
         raise TinyglotError("no bundle to benchmark", "pass --bundle PATH (repeat for more)")
     models = [resolve_model(b) for b in bundles]
+    sizing = next((m.tokenizer_path for m in models if m.tokenizer_path is not None), None)
+    if sizing is None:
+        raise TinyglotError("only peers to benchmark: their input texts are sized in tokens of a tinyglot model",
+                            "bench the peers beside a bundle or student folder")
     for m in models:
         if PROFILE_RUNTIME.get(m.runtime, m.runtime) not in profile.runtimes:
             raise TinyglotError(f"device {profile.name} does not run {m.runtime} ({m.name})",
@@ -679,7 +707,7 @@ def run_bench(
                 run.skipped.append((label, f"seq {s} > the model's max_len {m.max_len}"))
                 bar.advance(task)
                 continue
-            tok_key = str(m.tokenizer_path)
+            tok_key = str(m.tokenizer_path or sizing)  # peers get the same texts as the first model
             if tok_key not in inputs:
                 path = Path(tmp) / f"inputs-{hashlib.sha256(tok_key.encode()).hexdigest()[:12]}.npz"
                 inputs[tok_key] = build_inputs(Tokenizer.load(m.tokenizer_path), seq, path, sentences)

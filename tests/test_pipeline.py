@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 
 from tinyglot.cli import main
+from tinyglot.distill.config import get_preset
 from tinyglot.errors import TinyglotError
 from tinyglot.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
                                StageSpec, load_config, run_stage, to_toml)
 from tinyglot.stagecache import StageStore, hash_json
+from tinyglot.teacher import get_preset as teacher_preset
 
 REPORT_SECTIONS = ("## Summary", "## Retrieval quality: P@1 per language", "## Models: dimensions, parameters, size, speed",
                    "## Latency and throughput per runtime", "## Export parity", "## Stages", "## Settings and versions")
@@ -37,7 +39,10 @@ def test_default_profile_is_the_readme_job():
     cfg = load_config()
     assert cfg.profile == "default"
     assert cfg.teacher.spec == "default"  # the cached teacher shared with `tinyglot distill`
-    assert cfg.distill.student == "lealla-small"
+    assert cfg.distill.student == "fast-mini"
+    # the default student must cost less per token than the default teacher: fewer and narrower layers
+    student, teacher = get_preset(cfg.distill.student).student, teacher_preset("ems-small").model
+    assert student.num_layers < teacher.num_layers and student.hidden_size < teacher.hidden_size
     assert cfg.export.formats == [("onnx", "dynamic"), ("tflite", "dynamic"), ("onnx-text", "dynamic"),
                                   ("tflite-mediapipe", "dynamic")]
     assert cfg.bundle_names() == ["onnx-dynamic", "tflite-dynamic", "onnx-text-dynamic", "tflite-mediapipe-dynamic"]
@@ -421,6 +426,13 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     report = (tmp_path / "run" / "report.md").read_text()
     assert "peer: multilingual-e5-small" in report and "peer: Google USE-multilingual" in report
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run
+    # the peers are benchmarked beside the bundles (their own runtime), so the Pareto view shows them
+    from tinyglot.devices.bench import read_measurements
+
+    rows = read_measurements(tmp_path / "run" / "bench" / "results.sqlite")
+    assert {r["bundle"] for r in rows if r["runtime"] == "peer"} == {"peer:use-m", "peer:e5-small"}
+    model_rows = [line.split("|") for line in report.splitlines() if line.startswith("| peer use-m | peer:")]
+    assert model_rows and all(cell.strip() != "–" for cell in model_rows[0][7:10])  # p50, p90, sentences/s
 
 
 def test_corpus_replaced_in_place_with_same_size_and_mtime_changes_the_stage_inputs(tmp_path):

@@ -72,7 +72,7 @@ def collect(ctx: "RunContext") -> ReportData:
     evals = _read_json(ctx.out / "eval" / "results.json")
     rows = latest_rows(read_measurements(ctx.out / "bench" / "results.sqlite"))
     reference = reference_setting(rows) if rows else None
-    by_path = {str(Path(r["bundle"]).resolve()): r for r in rows
+    by_path = {bench_key(r["bundle"]): r for r in rows
                if reference and (r["threads"], r["batch"], r["seq"]) == reference}
     columns = []
     for m in evals.get("models", []):
@@ -80,13 +80,22 @@ def collect(ctx: "RunContext") -> ReportData:
         if m["kind"] in ("bundle", "teacher-bundle"):
             col.bundle = _read_json(Path(m["path"]) / "config.json")
             col.parity = _read_json(Path(m["path"]) / "parity.json")
-        if m["path"] and m["kind"] != "peer":
-            col.bench = by_path.get(str(Path(m["path"]).resolve()))
+        if m["path"]:
+            col.bench = by_path.get(column_bench_key(col))
         columns.append(col)
     teacher = {**_read_json(ctx.out / "teacher.json"), "spec": ctx.teacher_spec()}
     return ReportData(evals.get("testset", ""), columns, teacher,
                       _read_json(ctx.out / "distill" / "summary.json"), rows, reference,
                       _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def bench_key(target: str) -> str:
+    """How a bench row names its model: a resolved folder, or ``peer:NAME`` as it is."""
+    return target if target.startswith("peer:") else str(Path(target).resolve())
+
+
+def column_bench_key(col: Column) -> str:
+    return f"peer:{col.name.removeprefix('peer ')}" if col.kind == "peer" else bench_key(col.path)
 
 
 # ------------------------------------------------------------------ formatting helpers
@@ -243,10 +252,10 @@ def make_figures(ctx: "RunContext", data: ReportData) -> list[Path]:
     folder = ctx.out / FIGURES
     folder.mkdir(parents=True, exist_ok=True)
     device = data.bench_rows[0]["device"]
-    by_path = {str(Path(c.path).resolve()): c for c in data.columns if c.path}
+    by_path = {column_bench_key(c): c for c in data.columns if c.path}
     p1 = {}
     for r in data.bench_rows:
-        col = by_path.get(str(Path(r["bundle"]).resolve()))
+        col = by_path.get(bench_key(r["bundle"]))
         if col is not None:
             p1[r["bundle_hash"]] = (col.p1, f"eval/results.json ({data.testset})")
     out = [plot_pareto(data.bench_rows, p1, folder / "pareto.png", device),
