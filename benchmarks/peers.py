@@ -5,7 +5,8 @@ test set, with the same thread count:
 
 - p50 / p90 single-sentence latency: ``encode([s])`` of one sentence at a time, tokenisation
   included, after warm-up queries;
-- sentences/s: ``encode`` of every test sentence in batches of ``--batch`` (tokenisation included);
+- sentences/s: ``encode`` of every test sentence in batches of ``--batch`` (tokenisation included),
+  or of a seeded random ``--throughput-sentences`` of them;
 - peak memory: the process's peak resident set size after the latency loop (``VmHWM``), and the
   part of it the model added (peak minus the resident size before loading);
 - size: bytes on disk of what the model needs (bundle folder, torch weights + tokenizer, or the
@@ -14,6 +15,11 @@ test set, with the same thread count:
 
 Prints one Markdown table, then speed ratios of each tinyglot model against each peer; writes
 everything to ``--json``.  Asserts nothing.
+
+A peer's P@1 does not change between runs (same package version, same test pairs), and its pass
+over the test sets is slow (multilingual-e5-small: ~16 sentences/s on one thread), so
+``--p1-from OLD.json`` takes a peer's P@1 from an earlier run with the same test settings and
+package version; its speed is still measured in this run.
 
     python benchmarks/peers.py --onnx B1 --tflite B2 --torch STUDENT --teacher TEACHER \\
         --peers use-m,e5-small,minilm --threads 1 --json peers.json
@@ -95,7 +101,8 @@ def load_tests(tests: list[str], pairs_per_lang: int) -> dict[str, dict]:
 
 
 def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries: int, warmup: int,
-                batch: int, seed: int, tests: list[str] | None = None) -> dict:
+                batch: int, seed: int, tests: list[str] | None = None, throughput_sentences: int = 0,
+                known_p1: dict | None = None) -> dict:
     from tinyglot.evaluation import evaluate_bitext
 
     testsets = load_tests(tests or [], pairs_per_lang)
@@ -115,33 +122,64 @@ def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries
             lat.append(1000 * (time.perf_counter() - t))
     peak = _rss("VmHWM")
     lat = np.sort(np.array(lat))
+    timed = sentences
+    if 0 < throughput_sentences < len(sentences):
+        timed = [sentences[i] for i in np.sort(rng.choice(len(sentences), throughput_sentences, replace=False))]
     t = time.perf_counter()
-    emb = enc.encode(sentences, batch_size=batch)
-    throughput = len(sentences) / (time.perf_counter() - t)
-    result = evaluate_bitext(Precomputed(sentences, emb), testset, batch_size=batch, model_name=spec)
-    by_test = {}
-    for name, other in testsets.items():
-        res = result if other is testset else evaluate_bitext(enc, other, batch_size=batch, model_name=spec)
-        by_test[name] = {"p1": 100 * res.primary_metric,
-                         "per_lang": {row.lang: round(100 * row.mean, 1) for row in res.rows}}
+    emb = enc.encode(timed, batch_size=batch)
+    throughput = len(timed) / (time.perf_counter() - t)
+    identity = enc.identity() if kind == "peer" else None
+    if known_p1 is not None and known_p1.get("identity") == identity:
+        quality = {k: known_p1[k] for k in ("p1", "p1_per_lang", "p1_by_test")} | {"p1_from": known_p1["from"]}
+    else:
+        quality = p1_fields(enc, testsets, batch, spec, Precomputed(sentences, emb) if timed is sentences else enc)
     return {
         "kind": kind, "spec": spec, "threads": threads, "load_s": round(load_s, 2),
         "p50_ms": float(np.percentile(lat, 50, method="inverted_cdf")),
         "p90_ms": float(np.percentile(lat, 90, method="inverted_cdf")),
         "sentences_per_s": throughput, "peak_rss_mb": peak / 2**20 if peak else None,
         "model_rss_mb": (peak - rss_before) / 2**20 if peak and rss_before else None,
-        "size_mb": size / 1e6, "p1": 100 * result.primary_metric,
-        "p1_per_lang": {row.lang: round(100 * row.mean, 1) for row in result.rows},
-        "sentences": len(sentences), "queries": queries, "p1_by_test": by_test,
+        "size_mb": size / 1e6, "sentences": len(timed), "queries": queries, "identity": identity, **quality,
     }
 
 
-def run_isolated(kind: str, spec: str, args: argparse.Namespace) -> dict:
+def p1_fields(enc, testsets: dict[str, dict], batch: int, spec: str, first) -> dict:
+    """P@1 on every test set (``first``: the encoder for the first one, e.g. the timed pass's rows)."""
+    from tinyglot.evaluation import evaluate_bitext
+
+    by_test, result = {}, None
+    for i, (name, testset) in enumerate(testsets.items()):
+        res = evaluate_bitext(first if i == 0 else enc, testset, batch_size=batch, model_name=spec)
+        result = result or res
+        by_test[name] = {"p1": 100 * res.primary_metric,
+                         "per_lang": {row.lang: round(100 * row.mean, 1) for row in res.rows}}
+    assert result is not None
+    return {"p1": 100 * result.primary_metric, "p1_per_lang": {row.lang: round(100 * row.mean, 1) for row in result.rows},
+            "p1_by_test": by_test}
+
+
+def known_peer_p1(path: Path | None, args: argparse.Namespace) -> dict[str, dict]:
+    """Peers' P@1 from an earlier run of this script with the same test sets and pairs per language."""
+    if path is None:
+        return {}
+    old = json.loads(path.read_text(encoding="utf-8"))
+    same = all(old["settings"].get(k) == getattr(args, k) for k in ("pairs_per_lang", "test"))
+    if not same:
+        print(f"--p1-from {path}: other test settings, P@1 recomputed", file=sys.stderr)
+        return {}
+    return {r["spec"]: r | {"from": str(path)} for r in old["rows"]
+            if r.get("kind") == "peer" and "error" not in r and r.get("identity")}
+
+
+def run_isolated(kind: str, spec: str, args: argparse.Namespace, known: dict | None = None) -> dict:
     cmd = [sys.executable, __file__, "--one", f"{kind}={spec}", "--threads", str(args.threads),
            "--pairs-per-lang", str(args.pairs_per_lang), "--queries", str(args.queries),
            "--warmup", str(args.warmup), "--batch", str(args.batch)]
     for test in args.test:
         cmd += ["--test", test]
+    cmd += ["--throughput-sentences", str(args.throughput_sentences)]
+    if known is not None:
+        cmd += ["--known-p1", json.dumps(known)]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TINYGLOT_NO_PROGRESS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(RESULT_TAG)), None)
@@ -196,26 +234,35 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--batch", type=int, default=32, help="batch size of the throughput pass")
     p.add_argument("--json", type=Path, default=None, help="write all figures here")
+    p.add_argument("--throughput-sentences", type=int, default=0,
+                   help="time the batch pass on this many test sentences (seeded sample; default: all)")
+    p.add_argument("--p1-from", type=Path, default=None,
+                   help="an earlier --json of this script: peers' P@1 taken from it (same test settings and "
+                        "package version), their speed measured again")
+    p.add_argument("--known-p1", default=None, help=argparse.SUPPRESS)
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
         kind, spec = args.one.split("=", 1)
         res = measure_one(kind, spec, args.threads, args.pairs_per_lang, args.queries, args.warmup,
-                          args.batch, seed=0, tests=args.test)
+                          args.batch, seed=0, tests=args.test, throughput_sentences=args.throughput_sentences,
+                          known_p1=json.loads(args.known_p1) if args.known_p1 else None)
         print(RESULT_TAG + json.dumps(res))
         return 0
     jobs = ([("onnx", s) for s in args.onnx] + [("tflite", s) for s in args.tflite]
             + [("torch", s) for s in args.torch] + [("teacher", s) for s in args.teacher]
             + [("peer", s) for s in args.peers.split(",") if s])
     names = {spec: (spec if kind == "peer" else f"{kind}: {Path(spec).name}") for kind, spec in jobs}
+    known = known_peer_p1(args.p1_from, args)
     rows = []
     for kind, spec in jobs:
         print(f"measuring {names[spec]} ...", file=sys.stderr, flush=True)
-        rows.append(run_isolated(kind, spec, args))
+        rows.append(run_isolated(kind, spec, args, known.get(spec) if kind == "peer" else None))
     from tinyglot.devices.profiles import detect_host
 
     print(f"{detect_host()['cpu_model']}, {os.cpu_count()} cores, {args.threads} thread(s), "
-          f"{args.pairs_per_lang} test pairs per language, {args.queries} single-sentence queries\n")
+          f"{args.pairs_per_lang} test pairs per language, {args.queries} single-sentence queries"
+          + "".join(f"; P@1 of {r['spec']} from {r['p1_from']}" for r in rows if r.get("p1_from")) + "\n")
     print(table(rows, names))
     print()
     print(ratios(rows, names))

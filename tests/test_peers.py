@@ -53,6 +53,24 @@ def test_peers_benchmark_script_runs(student_dir, tmp_path):
         assert r["p50_ms"] > 0 and r["sentences_per_s"] > 0 and r["size_mb"] > 0 and 0 <= r["p1"] <= 100
         assert r["sentences"] == 100  # 5 pairs x 10 languages x 2 sides
     assert "Speed ratios" in proc.stdout and "| torch: student |" in proc.stdout
+    # a second run: the peer's P@1 from the first (same test settings and package), speed measured
+    # again on a sample; our model's P@1 is always computed
+    again = tmp_path / "again.json"
+    proc = subprocess.run([sys.executable, str(REPO_BENCH), "--torch", str(student_dir), "--peers", "minilm",
+                           "--pairs-per-lang", "5", "--queries", "5", "--warmup", "1", "--json", str(again),
+                           "--p1-from", str(out), "--throughput-sentences", "30"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = rows, json.loads(again.read_text())["rows"]
+    assert second[1]["p1_from"] == str(out) and second[1]["p1_by_test"] == first[1]["p1_by_test"]
+    assert "p1_from" not in second[0] and second[0]["p1"] == pytest.approx(first[0]["p1"])
+    assert all(r["sentences"] == 30 for r in second) and f"P@1 of minilm from {out}" in proc.stdout
+    # other test settings: nothing is reused
+    proc = subprocess.run([sys.executable, str(REPO_BENCH), "--peers", "minilm", "--pairs-per-lang", "4",
+                           "--queries", "2", "--warmup", "1", "--json", str(again), "--p1-from", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "other test settings" in proc.stderr
+    assert "p1_from" not in json.loads(again.read_text())["rows"][0]
 
 
 @pytest.mark.parametrize("spec", ["e5-small", "peer:e5-small"])
