@@ -134,14 +134,14 @@ def tokenize_pairs(
 
 
 def pad_arrays(seqs: Sequence[np.ndarray], max_len: int) -> Batch:
-    """``Tokenizer.pad(seqs, max_len)`` (padded to the longest row, at most ``max_len``) for rows of
-    token ids that are numpy arrays: the same int64 ids and mask."""
-    lengths = np.fromiter((min(len(s), max_len) for s in seqs), dtype=np.int64, count=len(seqs))
+    """``Tokenizer.pad(seqs, max_len)`` for rows of token ids that are numpy arrays: the same int64 ids
+    and mask, padded to the longest row (rows are truncated to ``max_len`` when tokenised)."""
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
     width = int(lengths.max()) if len(seqs) else 1
     mask = np.arange(width)[None, :] < lengths[:, None]
     ids = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
     if len(seqs):
-        ids[mask] = np.concatenate([np.asarray(s[:n]) for s, n in zip(seqs, lengths)])
+        ids[mask] = np.concatenate(seqs)
     return Batch(ids, mask.astype(np.int64))
 
 
