@@ -4,7 +4,6 @@ tokenised-corpus cache, array batching and the out-of-memory retry of the traini
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +13,14 @@ import tinyglot
 from tinyglot.batching import BatchPlan, pad_arrays, split_train_dev, tokenize_pairs
 from tinyglot.errors import TinyglotError
 from tinyglot.tokcache import cached_tokenize_pairs, corpus_fingerprint
-from tinyglot.training import (GPU_MEMORY_SHARE, activation_bytes, pick_device, select_device, training_device,
-                               use_checkpointing)
+from tinyglot.training import (
+    GPU_MEMORY_SHARE,
+    activation_bytes,
+    pick_device,
+    select_device,
+    training_device,
+    use_checkpointing,
+)
 
 
 # ====================================================================== devices
@@ -167,7 +172,9 @@ def test_token_cache_gives_the_same_batches(small_pairs, tokenizer, tmp_path):
     assert len(entries) == 1 and not entries[0].name.startswith(".")  # renamed into place, no temp left
     assert isinstance(np.load(entries[0] / "x_ids.npy", mmap_mode="r"), np.memmap)
     again = cached_tokenize_pairs(grouped, tokenizer, 24, tmp_path)
-    assert isinstance(again.x[0][0], np.memmap)  # rows are views of the memory-mapped arrays
+    row = again.x[0][0]  # rows are views of the read-only memory-mapped arrays, not copies
+    assert not row.flags.owndata and not row.flags.writeable
+    assert plain.x[0][0].flags.writeable
     for data in (first, again):
         _same(plain, data)
     old, new = BatchPlan(plain, 16, 2.0, seed=3), BatchPlan(again, 16, 2.0, seed=3)
@@ -257,6 +264,7 @@ def test_single_process_data_parallel_is_the_plain_model():
 
 def test_token_cache_setting(small_pairs, tokenizer, tmp_path, monkeypatch):
     from tinyglot.distill.config import get_preset
+
     from tinyglot.distributed import DistContext
     from tinyglot.tokcache import tokenized_corpus
 

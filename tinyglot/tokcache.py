@@ -38,7 +38,7 @@ def corpus_fingerprint(grouped: dict[str, list[Pair]]) -> str:
     h = hashlib.sha256()
     for lang in sorted(grouped):
         for pair in grouped[lang]:
-            h.update(f"{lang}\t{pair.x}\t{pair.en}\n".encode("utf-8"))
+            h.update(f"{lang}\t{pair.x}\t{pair.en}\n".encode())
     return h.hexdigest()
 
 
@@ -76,7 +76,15 @@ def save_tokenized(folder: Path, data: TokenizedPairs, grouped: dict[str, list[P
         for name, array in arrays.items():
             np.save(tmp / f"{name}.npy", array)
         atomic_write_json(tmp / "meta.json", {**meta, "langs": data.langs, "truncated": data.truncated,
-                                              "fingerprint": data.fingerprint, "pairs": int(len(lang))})
+                                              "fingerprint": data.fingerprint, "pairs": len(lang)})
+
+
+def _rows(ids: np.ndarray, offsets: np.ndarray, lo: int, hi: int) -> list[np.ndarray]:
+    """Rows ``lo``..``hi`` of a flat id array as views (one ``np.split``, no copy)."""
+    if hi <= lo:
+        return []
+    start = int(offsets[lo])
+    return np.split(ids[start:int(offsets[hi])], offsets[lo + 1:hi] - start)
 
 
 def load_tokenized(folder: Path, grouped: dict[str, list[Pair]], meta: dict[str, Any]) -> TokenizedPairs | None:
@@ -101,7 +109,8 @@ def load_tokenized(folder: Path, grouped: dict[str, list[Pair]], meta: dict[str,
         return None
     lang, source = np.asarray(arrays["lang"]), np.asarray(arrays["source"])
     x_off, en_off = np.asarray(arrays["x_offsets"]), np.asarray(arrays["en_offsets"])
-    x_ids, en_ids = arrays["x_ids"], arrays["en_ids"]
+    # plain (read-only) ndarray views of the maps: slicing a np.memmap runs Python code per row
+    x_ids, en_ids = np.asarray(arrays["x_ids"]), np.asarray(arrays["en_ids"])
     out = TokenizedPairs(langs=list(langs), x=[], en=[], en_key=[], pairs=[], truncated=int(have["truncated"]),
                          fingerprint=str(have["fingerprint"]))
     bounds = np.searchsorted(lang, np.arange(len(langs) + 1))
@@ -110,8 +119,8 @@ def load_tokenized(folder: Path, grouped: dict[str, list[Pair]], meta: dict[str,
         src = source[lo:hi]
         if len(src) and int(src.max()) >= len(grouped[name]):
             return None
-        out.x.append([x_ids[x_off[i]:x_off[i + 1]] for i in range(lo, hi)])
-        out.en.append([en_ids[en_off[i]:en_off[i + 1]] for i in range(lo, hi)])
+        out.x.append(_rows(x_ids, x_off, lo, hi))
+        out.en.append(_rows(en_ids, en_off, lo, hi))
         out.en_key.append(np.asarray(arrays["en_key"][lo:hi]))
         out.pairs.append([grouped[name][int(i)] for i in src])
     return out
