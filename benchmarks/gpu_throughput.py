@@ -16,7 +16,6 @@ and the teacher pass's text side.  ``ems-384x6`` is the issue #15 teacher (hidde
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -83,6 +82,7 @@ def teacher_preset(name: str):
 
 def bench_teacher(name: str, batch: int, args, device: torch.device) -> list[Result]:
     from tinyglot.teacher import EMSModel
+
     from tinyglot.training import amp_dtype, autocast, maybe_compile
 
     cfg = teacher_preset(name).model
@@ -124,8 +124,13 @@ def bench_teacher(name: str, batch: int, args, device: torch.device) -> list[Res
 
 def bench_student(name: str, batch: int, args, device: torch.device) -> Result:
     from tinyglot.distill.config import get_preset
-    from tinyglot.distill.losses import ams_loss, feature_distillation, logit_distillation
+    from tinyglot.distill.losses import (
+        ams_loss,
+        feature_distillation,
+        logit_distillation,
+    )
     from tinyglot.distill.student import Student
+
     from tinyglot.training import amp_dtype, autocast, maybe_compile, use_checkpointing
 
     preset = get_preset(name)
@@ -206,19 +211,24 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         print(r.row(), flush=True)
 
-    def attempt(fn) -> None:
+    def attempt(fn, preset: str, batch: int) -> None:
         try:
-            fn()
+            out = fn(preset, batch, args, device)
         except torch.OutOfMemoryError:
-            print("  (out of GPU memory at this batch size)", flush=True)
+            print(f"  ({preset} at batch {batch}: out of GPU memory)", flush=True)
             torch.cuda.empty_cache()
+            return
+        for r in out if isinstance(out, list) else [out]:
+            report(r)
 
-    for name_ in [t for t in args.teachers.split(",") if t] if args.only in (None, "teacher", "teacher-pass") else []:
+    teachers = [t for t in args.teachers.split(",") if t] if args.only in (None, "teacher", "teacher-pass") else []
+    students = [s for s in args.students.split(",") if s] if args.only in (None, "student") else []
+    for preset in teachers:
         for batch in batches:
-            attempt(lambda: [report(r) for r in bench_teacher(name_, batch, args, device)])
-    for name_ in [s for s in args.students.split(",") if s] if args.only in (None, "student") else []:
+            attempt(bench_teacher, preset, batch)
+    for preset in students:
         for batch in batches:
-            attempt(lambda: report(bench_student(name_, batch, args, device)))
+            attempt(bench_student, preset, batch)
     if args.json:
         from pathlib import Path
 
