@@ -160,8 +160,12 @@ class LealLATrainer:
         return True
 
     def _batch(self, model: Student, index: int, whole: bool = False) -> tuple[torch.Tensor, ...]:
-        """Student embeddings (x, en), teacher embeddings (x, en) of this process's rows of the plan's
-        batch ``index`` (all rows with ``whole``) and the global batch size."""
+        """Student embeddings (x, en) and teacher embeddings (x, en) of this process's rows of the plan's
+        batch ``index`` (all rows with ``whole``)."""
+        return self._batch_and_size(model, index, whole)[:4]
+
+    def _batch_and_size(self, model: Student, index: int, whole: bool = False) -> tuple:
+        """:meth:`_batch`'s four tensors and the size of the global batch."""
         rows, n_global = self._rows(index, whole)
         xb, eb, _ = self.plan.tensors(rows, self.tokenizer, [0] * len(self.data.langs), self.preset.student.max_len)
         t = lambda a: to_device(a, self.device)  # noqa: E731
@@ -180,7 +184,7 @@ class LealLATrainer:
         model.eval()
         with torch.no_grad():
             for index in range(batches):
-                xs, ys, xt, yt, _ = self._batch(model, index, whole=True)
+                xs, ys, xt, yt = self._batch(model, index, whole=True)
                 src += [xs.float(), ys.float()]
                 dst += [xt, yt]
         model.train()
@@ -194,7 +198,7 @@ class LealLATrainer:
 
     def _micro_loss(self, model: Student, index: int) -> dict:
         lc = self.preset.loss
-        xs, ys, xt, yt, n_global = self._batch(model, index)
+        xs, ys, xt, yt, n_global = self._batch_and_size(model, index)
         # data-parallel: this process's share of the global batch's loss (see distill.losses)
         gather, n = (self.ctx.gather, n_global) if self.ctx.enabled else (None, None)
         zero = xs.new_zeros(())
