@@ -208,6 +208,21 @@ def teacher_embeddings(
     return np.load(npy, mmap_mode="r")
 
 
+def shared_teacher_embeddings(ctx, teacher, sentences: Sequence[str], cache_dir: str | Path, **kwargs) -> np.ndarray:
+    """:func:`teacher_embeddings` computed once in a data-parallel run: rank 0 runs the teacher pass
+    (or finds the cache), the other processes wait at a barrier and then read the cache it wrote.
+    ``ctx`` is a :class:`tinyglot.distributed.DistContext`; in one process this is
+    :func:`teacher_embeddings`."""
+    if not ctx.enabled:
+        return teacher_embeddings(teacher, sentences, cache_dir, **kwargs)
+    if ctx.is_main:
+        emb = teacher_embeddings(teacher, sentences, cache_dir, **kwargs)
+        ctx.barrier()
+        return emb
+    ctx.barrier()
+    return teacher_embeddings(teacher, sentences, cache_dir, **{**kwargs, "progress": False})
+
+
 def _save(path: Path, array: np.ndarray) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, array)

@@ -71,8 +71,10 @@ def cmd_distill(args: argparse.Namespace) -> int:
                             "add --recipe multistage, or drop them")
     from tinyglot.locks import run_lock
 
-    with run_lock(distill_out(args), "tinyglot distill"):  # one run per folder
+    with run_lock(distill_out(args), "tinyglot distill"):  # one run per folder (under torchrun: rank 0's)
         report = _run_recipe(args, say)
+    if not report:  # a data-parallel process other than rank 0: rank 0 reports
+        return 0
     out = Path(report.get("run_dir") or Path(report["student_dir"]).parent)
     console.print((out / "report.md").read_text(encoding="utf-8"))
     console.print(f"student: {report['student_dir']}  report: {out / 'report.md'}, {out / 'report.json'}")

@@ -92,15 +92,25 @@ class DistillTrainConfig(TrainSettings):
     """LEALLA settings; lr 5e-4 is lealla.md App. B's for hidden sizes <= 256."""
 
     teacher_batch_size: int = 64
-    # Recompute activations in the backward pass (gradient checkpointing) for batches with more than
-    # this many tokens (sentences x padded length, both sides); 0 = never. Results are the same; the
-    # longest batches (128 sentences x 120 tokens) otherwise need ~8 GB for lealla-small's 24 layers.
+    # Gradient checkpointing (recompute activations in the backward pass; the same results, less
+    # memory): "auto" decides per batch: on CUDA by memory (the batch's estimated activations against
+    # the free GPU memory, and from the first out-of-memory step on), elsewhere by
+    # checkpoint_above_tokens; "always"; "never".
+    checkpointing: str = "auto"
+    # CPU rule of "auto": checkpoint batches with more than this many tokens (sentences x padded
+    # length, both sides); 0 = never. The longest batches (128 sentences x 120 tokens) otherwise need
+    # ~8 GB for lealla-small's 24 layers. Not used on CUDA.
     checkpoint_above_tokens: int = 6144
 
     POSITIVE = (*TrainSettings.POSITIVE, "teacher_batch_size")
 
     def validate(self) -> None:
         super().validate()
+        from tinyglot.training import CHECKPOINTING
+
+        if self.checkpointing not in CHECKPOINTING:
+            raise TinyglotError(f"unknown train.checkpointing {self.checkpointing!r}",
+                                f"choose one of: {', '.join(CHECKPOINTING)}")
         if self.checkpoint_above_tokens < 0:
             raise TinyglotError(f"train.checkpoint_above_tokens must be >= 0, got {self.checkpoint_above_tokens}",
                                 "use 0 to never checkpoint")
@@ -137,6 +147,7 @@ def _fast(layers: int, hidden: int, heads: int, ffn: int, max_steps: int = 2000)
     return DistillPreset(StudentConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, ffn_size=ffn,
                                        max_len=128),
                          LossConfig(beta=10.0, fd_target="english"),
+                         # 2 layers: activations stay small, so no checkpointing on CPU (on CUDA by memory)
                          DistillTrainConfig(batch_size=128, lr=1e-3, max_steps=max_steps,
                                             warmup_steps=max_steps // 20, eval_every=500, save_every=250,
                                             checkpoint_above_tokens=0))  # 2-4 layers: activations are small
@@ -146,6 +157,7 @@ def _fast_tiny() -> DistillPreset:
     preset = _tiny()
     preset.student = StudentConfig(hidden_size=48, num_layers=1, num_heads=2, ffn_size=96, max_len=48, output_dim=32)
     preset.loss = LossConfig(beta=10.0, fd_target="english")
+    preset.train.checkpoint_above_tokens = 0
     return preset
 
 

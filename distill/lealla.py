@@ -12,18 +12,21 @@ import numpy as np
 import torch
 
 from tinyglot.batching import (PIVOT, BatchPlan, TokenizedPairs, check_tokenizer, split_train_dev,
-                               tokenize_pairs, train_vocabulary)
+                               train_vocabulary)
+from tinyglot.tokcache import tokenized_corpus
 from tinyglot.config import to_dict
 from tinyglot.data import Pair
+from tinyglot.distributed import DistContext, data_parallel, init_distributed
 from tinyglot.errors import TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
 from tinyglot.models import TorchEncoder
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
-from tinyglot.training import (load_checkpoint, prepare_run_dir, run_tokenizer, seed_everything,
-                               single_process_device)
+from tinyglot.training import (activation_bytes, free_device_bytes, load_checkpoint, maybe_compile,
+                               prepare_run_dir, run_tokenizer, seed_everything, to_device, training_device,
+                               use_checkpointing)
 
-from .cache import teacher_embeddings
+from .cache import shared_teacher_embeddings
 from .config import DistillPreset
 from .losses import ams_loss, feature_distillation, logit_distillation
 from .student import Student, init_from_teacher_pca, least_squares_head, save_student, teacher_input_embeddings
@@ -54,7 +57,13 @@ class DistillResult:
 
 class LealLATrainer:
     """A LEALLA run in ``out_dir``: ``last.pt``/``best.pt``/``metrics.jsonl`` while training,
-    ``student/`` (a loadable student folder) at the end."""
+    ``student/`` (a loadable student folder) at the end.
+
+    Under torchrun the run is data-parallel like the teacher's: every process takes a slice of the
+    same global batch (``train.batch_size`` pairs per process), the AMS negatives and the logit
+    distillation's columns are gathered across processes, rank 0 runs the teacher pass (the others
+    wait and read its cache) and only rank 0 writes.
+    """
 
     def __init__(self, preset: DistillPreset, out_dir: str | Path, pairs: list[Pair], teacher,
                  teacher_identity: str, tokenizer: Tokenizer | None = None, preset_name: str = "custom",
@@ -63,18 +72,25 @@ class LealLATrainer:
         self.preset, self.preset_name, self.out = preset, preset_name, Path(out_dir)
         self.resume, self.progress, self.teacher = resume, progress, teacher
         tc = preset.train
-        self.device = single_process_device(tc, "LEALLA distillation")
+        self.device = training_device(tc)
+        self.ctx: DistContext = init_distributed(self.device)
+        self.out_of_memory = False  # set by the first step that ran out of GPU memory
         if isinstance(getattr(teacher, "dim", None), int):  # before the (long) teacher pass
             check_dimensions(preset.student.embedding_dim, teacher.dim)
-        prepare_run_dir(self.out, resume, "distillation run")
+        prepare_run_dir(self.out, resume, "distillation run", clean=self.ctx.is_main)
+        self.ctx.barrier()
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
-        tokenizer = run_tokenizer(self.out, tokenizer, resume,
-                                  lambda: train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed))
+        if self.ctx.is_main:
+            run_tokenizer(self.out, tokenizer, resume,
+                          lambda: train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed))
+        self.ctx.barrier()
+        tokenizer = Tokenizer.load(self.out / "tokenizer.model")
         check_tokenizer(tokenizer, [*train_g, PIVOT])
         self.tokenizer = tokenizer
         preset.student.vocab_size = tokenizer.vocab_size
-        self.data: TokenizedPairs = tokenize_pairs(train_g, tokenizer, preset.student.max_len)
-        self.plan = BatchPlan(self.data, tc.batch_size, tc.lang_temperature, tc.seed)
+        self.data: TokenizedPairs = tokenized_corpus(train_g, tokenizer, preset.student.max_len, tc, self.device,
+                                                     self.ctx)
+        self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed)
         # teacher embeddings of every distinct training sentence (loss.fd_target=english: of every
         # distinct English sentence, the target of both sides), cached on disk
         index: dict[str, int] = {}
@@ -83,9 +99,9 @@ class LealLATrainer:
         self.x_row = self.en_row if english else \
             [np.array([index.setdefault(p.x, len(index)) for p in ps]) for ps in self.data.pairs]
         self.identity = teacher_identity
-        self.t_emb = teacher_embeddings(teacher, list(index), cache_dir or self.out / "teacher-cache",
-                                        identity=teacher_identity, batch_size=tc.teacher_batch_size,
-                                        progress=progress)
+        self.t_emb = shared_teacher_embeddings(self.ctx, teacher, list(index), cache_dir or self.out / "teacher-cache",
+                                               identity=teacher_identity, batch_size=tc.teacher_batch_size,
+                                               progress=progress)
         self.teacher_dim = int(self.t_emb.shape[1])
         check_dimensions(preset.student.embedding_dim, self.teacher_dim)
         self.init_tables = self._init_tables(teacher)
@@ -101,9 +117,11 @@ class LealLATrainer:
         return tables
 
     def meta(self) -> dict:
+        # batch_size is the global batch (per process x processes): a run resumes on another
+        # process count only when the batches stay the same
         return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_tables is not None, "loss": to_dict(self.preset.loss),
                 "tokenizer": self.tokenizer.sha256, "data": self.data.fingerprint, "teacher": self.identity,
-                "seed": self.preset.train.seed, "batch_size": self.preset.train.batch_size}
+                "seed": self.preset.train.seed, "batch_size": self.preset.train.batch_size * self.ctx.world}
 
     def encoder(self, model: Student) -> TorchEncoder:
         return TorchEncoder(self.tokenizer, model.embed, self.preset.student.max_len, self.device, name="student")
@@ -114,26 +132,59 @@ class LealLATrainer:
         return evaluate_bitext(self.encoder(model), self.dev, batch_size=128, model_name="student",
                                testset_name="dev")
 
-    def _batch(self, model: Student, index: int) -> tuple[torch.Tensor, ...]:
-        """Student embeddings (x, en) and teacher embeddings (x, en) of the plan's batch ``index``."""
-        rows = self.plan.batch(index)
+    def _rows(self, index: int, whole: bool = False) -> tuple[np.ndarray, int]:
+        """This process's rows of the global batch ``index`` (all of them with ``whole``) and the
+        global batch's size."""
+        if whole:  # (not trimmed to a multiple of the process count: the rows one process would take)
+            rows = self.plan.batch(index)
+            return rows, len(rows)
+        rows = self.plan.batch(index, self.ctx.world)
+        return rows[self.ctx.rank :: self.ctx.world], len(rows)
+
+    def checkpointing(self, tokens: int, seq_len: int) -> bool:
+        """Gradient checkpointing for a batch of ``tokens`` tokens (both sides, padded) of length
+        ``seq_len``: by ``train.checkpointing`` (see :func:`tinyglot.training.use_checkpointing`)."""
+        tc, sc = self.preset.train, self.preset.student
+        need = free = None
+        if self.device.type == "cuda" and tc.checkpointing == "auto" and not self.out_of_memory:
+            need = activation_bytes(tokens, sc.hidden_size, sc.num_layers, sc.ffn_size, sc.num_heads, seq_len)
+            free = free_device_bytes(self.device)
+        return use_checkpointing(tc.checkpointing, self.device.type, tokens, tc.checkpoint_above_tokens,
+                                 need, free, self.out_of_memory)
+
+    def _on_out_of_memory(self) -> bool:
+        """The first out-of-memory step: checkpoint from now on (``auto``) and retry it."""
+        if self.preset.train.checkpointing != "auto" or self.out_of_memory:
+            return False
+        self.out_of_memory = True
+        return True
+
+    def _batch(self, model: Student, index: int, whole: bool = False) -> tuple[torch.Tensor, ...]:
+        """Student embeddings (x, en) and teacher embeddings (x, en) of this process's rows of the plan's
+        batch ``index`` (all rows with ``whole``)."""
+        return self._batch_and_size(model, index, whole)[:4]
+
+    def _batch_and_size(self, model: Student, index: int, whole: bool = False) -> tuple:
+        """:meth:`_batch`'s four tensors and the size of the global batch."""
+        rows, n_global = self._rows(index, whole)
         xb, eb, _ = self.plan.tensors(rows, self.tokenizer, [0] * len(self.data.langs), self.preset.student.max_len)
-        t = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
-        limit = self.preset.train.checkpoint_above_tokens
-        model.set_checkpointing(bool(limit) and xb.ids.size + eb.ids.size > limit)
+        t = lambda a: to_device(a, self.device)  # noqa: E731
+        model.set_checkpointing(self.checkpointing(xb.ids.size + eb.ids.size, max(xb.ids.shape[1], eb.ids.shape[1])))
         xs, ys = model.embed(t(xb.ids), t(xb.mask)), model.embed(t(eb.ids), t(eb.mask))
         xr = np.array([self.x_row[li][pi] for li, pi in rows])
         er = np.array([self.en_row[li][pi] for li, pi in rows])
-        return xs, ys, t(np.asarray(self.t_emb[xr], dtype=np.float32)), t(np.asarray(self.t_emb[er], dtype=np.float32))
+        return (xs, ys, t(np.asarray(self.t_emb[xr], dtype=np.float32)), t(np.asarray(self.t_emb[er], dtype=np.float32)),
+                n_global)
 
     def fit_fd_head(self, model: Student, batches: int = FD_FIT_BATCHES) -> str:
         """Start f at the least-squares map from the (initial) student's embeddings of both sides of
-        the first ``batches`` training batches to the teacher's embeddings of the same sentences."""
+        the first ``batches`` training batches to the teacher's embeddings of the same sentences (every
+        process fits on the whole global batches, so all start from the same f)."""
         src, dst = [], []
         model.eval()
         with torch.no_grad():
             for index in range(batches):
-                xs, ys, xt, yt = self._batch(model, index)
+                xs, ys, xt, yt = self._batch(model, index, whole=True)
                 src += [xs.float(), ys.float()]
                 dst += [xt, yt]
         model.train()
@@ -147,14 +198,16 @@ class LealLATrainer:
 
     def _micro_loss(self, model: Student, index: int) -> dict:
         lc = self.preset.loss
-        xs, ys, xt, yt = self._batch(model, index)
+        xs, ys, xt, yt, n_global = self._batch_and_size(model, index)
+        # data-parallel: this process's share of the global batch's loss (see distill.losses)
+        gather, n = (self.ctx.gather, n_global) if self.ctx.enabled else (None, None)
         zero = xs.new_zeros(())
-        ams = ams_loss(xs, ys, lc.margin, lc.scale) if lc.ams else zero
-        fd = feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys)) if lc.fd else zero
-        ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature) if lc.ld else zero
+        ams = ams_loss(xs, ys, lc.margin, lc.scale, gather, n) if lc.ams else zero
+        fd = feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys), n) if lc.fd else zero
+        ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature, gather, n) if lc.ld else zero
         loss = lc.alpha * ams + self.fd_weight(index // self.preset.train.grad_accum) * fd + lc.gamma * ld
         parts = {k: float(v.detach()) for k, v in (("loss", loss), ("ams", ams), ("fd", fd), ("ld", ld))}
-        return {"loss": loss, "parts": parts, "pairs": len(xs)}
+        return {"loss": loss, "parts": parts, "pairs": n_global}
 
     def train(self, on_step: Callable[[int], None] | None = None) -> DistillResult:
         tc = self.preset.train
@@ -171,17 +224,23 @@ class LealLATrainer:
             fd_init = "least-squares start (restored from last.pt)" if resuming else self.fit_fd_head(model)
             log.info("feature-distillation head f: %s", fd_init)
         loop = TrainLoop(self.out, model, tc, self.device, self.meta(), f"distill {self.preset_name}",
-                         progress=self.progress)
+                         ctx=self.ctx, progress=self.progress, global_loss=self.ctx.enabled)
         if self.resume:
             loop.resume()
-        result = loop.run(self._micro_loss, lambda: self.evaluate(model), on_step=on_step)
-        best = self.out / "best.pt"
-        if best.exists():
-            model.load_state_dict(load_checkpoint(best, expect=self.meta())["model"])
-        model.eval()
-        student_dir = save_student(model.cpu(), self.tokenizer, self.out / "student", {
-            "preset": self.preset_name, "teacher": self.identity, "teacher_dim": self.teacher_dim,
-            "loss": to_dict(self.preset.loss), "train": to_dict(tc), "trained_steps": result.steps,
-            "best_dev_p1": result.best_dev_p1, "init": init, "fd_head_init": fd_init,
-        })
+        maybe_compile(model.encoder, tc.compile)
+        net, micro_loss = data_parallel(model, self._micro_loss, self.ctx, self.device)
+        result = loop.run(micro_loss, lambda: self.evaluate(model), net=net, on_step=on_step,
+                          on_out_of_memory=self._on_out_of_memory)
+        student_dir = self.out / "student"
+        if self.ctx.is_main:
+            best = self.out / "best.pt"
+            if best.exists():
+                model.load_state_dict(load_checkpoint(best, expect=self.meta())["model"])
+            model.eval()
+            save_student(model.cpu(), self.tokenizer, student_dir, {
+                "preset": self.preset_name, "teacher": self.identity, "teacher_dim": self.teacher_dim,
+                "loss": to_dict(self.preset.loss), "train": to_dict(tc), "trained_steps": result.steps,
+                "best_dev_p1": result.best_dev_p1, "init": init, "fd_head_init": fd_init,
+            })
+        self.ctx.barrier()
         return DistillResult(self.out, student_dir, result.steps, result.seconds, result.best_dev_p1)

@@ -38,20 +38,23 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tinyglot.batching import PIVOT, BatchPlan, check_tokenizer, split_train_dev, tokenize_pairs
+from tinyglot.batching import PIVOT, BatchPlan, check_tokenizer, split_train_dev
 from tinyglot.config import to_dict
 from tinyglot.data import Pair
+from tinyglot.distributed import DistContext, data_parallel, init_distributed, shutdown_distributed
 from tinyglot.encoder import Encoder
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
 from tinyglot.io import atomic_folder, atomic_write_json, atomic_write_text, folder_bytes
 from tinyglot.models import TorchEncoder, load_folder_tokenizer, mean_pool, read_model_config
+from tinyglot.tokcache import tokenized_corpus
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
-from tinyglot.training import load_checkpoint, prepare_run_dir, seed_everything, select_device, single_process_device
+from tinyglot.training import (load_checkpoint, maybe_compile, prepare_run_dir, seed_everything, select_device,
+                               to_device, training_device)
 
-from .cache import teacher_embeddings
-from .losses import cosine_matrix, logit_distillation
+from .cache import shared_teacher_embeddings, teacher_embeddings
+from .losses import Gather, cosine_matrix, logit_distillation
 from .ms_config import STAGE_NAMES, MSLossConfig, MSPreset, MSStudentConfig, MSTrainConfig
 from .student import least_squares_head
 
@@ -184,38 +187,57 @@ def pair_mse(target_s: torch.Tensor, s: torch.Tensor, target_t: torch.Tensor, t:
     return mse(target_s, s) + mse(target_t, t)
 
 
-def masked_mse(target: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean squared error over the real (mask 1) token positions and every dimension (stage 2)."""
+def masked_mse(target: torch.Tensor, x: torch.Tensor, mask: torch.Tensor,
+               denominator: float | None = None) -> torch.Tensor:
+    """Mean squared error over the real (mask 1) token positions and every dimension (stage 2).
+    ``denominator`` (data-parallel runs): the global batch's real positions x dimensions."""
     m = mask.unsqueeze(-1).to(torch.float32)
+    if denominator is not None:
+        return (((x.float() - target.float()) ** 2) * m).sum() / max(1.0, denominator)
     return (((x.float() - target.float()) ** 2) * m).sum() / (m.sum() * x.shape[-1]).clamp(min=1.0)
 
 
-def mcl_loss(t_s: torch.Tensor, s_s: torch.Tensor, s_t: torch.Tensor) -> torch.Tensor:
+def mcl_loss(t_s: torch.Tensor, s_s: torch.Tensor, s_t: torch.Tensor, gather: Gather | None = None,
+             n_global: int | None = None) -> torch.Tensor:
     """Eq. 5: (1/N^2) sum_ij (cos(t_s_i, t_s_j) - cos(s_s_i, s_t_j))^2 (LEALLA's logit distillation with
-    the teacher's English side on both axes and T = 1)."""
-    return logit_distillation(t_s, t_s, s_s, s_t, temperature=1.0)
+    the teacher's English side on both axes and T = 1).  With ``gather``: this process's rows i
+    against every process's columns j."""
+    return logit_distillation(t_s, t_s, s_s, s_t, 1.0, gather, n_global)
 
 
-def hard_label_loss(s_s: torch.Tensor, s_t: torch.Tensor) -> torch.Tensor:
+def hard_label_loss(s_s: torch.Tensor, s_t: torch.Tensor, gather: Gather | None = None,
+                    n_global: int | None = None) -> torch.Tensor:
     """Eq. 8 ("Bool"): (1/N^2) sum_ij (delta_ij - cos(s_s_i, s_t_j))^2."""
+    if gather is not None:
+        cols, offset = gather(s_t)
+        sim = cosine_matrix(s_s, cols)
+        eye = F.one_hot(torch.arange(sim.shape[0], device=sim.device) + offset, sim.shape[1]).to(sim.dtype)
+        n = n_global or sim.shape[1]
+        return ((eye - sim) ** 2).sum() / (n * n)
     sim = cosine_matrix(s_s, s_t)
     return ((torch.eye(sim.shape[0], device=sim.device) - sim) ** 2).mean()
 
 
-def soft_ce_loss(t_s: torch.Tensor, s_s: torch.Tensor, s_t: torch.Tensor, temperature: float) -> torch.Tensor:
+def soft_ce_loss(t_s: torch.Tensor, s_s: torch.Tensor, s_t: torch.Tensor, temperature: float,
+                 gather: Gather | None = None, n_global: int | None = None) -> torch.Tensor:
     """Eq. 9 with normalised targets: mean_i CE(softmax_j(cos_T(s_i, s_j) / tau), softmax_j(cos_S(s_i, t_j) / tau))."""
+    if gather is not None:
+        t_cols, s_cols = gather(t_s)[0], gather(s_t)[0]
+        target = torch.softmax(cosine_matrix(t_s, t_cols) / temperature, dim=1)
+        ce = -(target * torch.log_softmax(cosine_matrix(s_s, s_cols) / temperature, dim=1)).sum(1)
+        return ce.sum() / (n_global or s_cols.shape[0])
     target = torch.softmax(cosine_matrix(t_s, t_s) / temperature, dim=1)
     return -(target * torch.log_softmax(cosine_matrix(s_s, s_t) / temperature, dim=1)).sum(1).mean()
 
 
 def contrastive_loss(kind: str, t_s: torch.Tensor, s_s: torch.Tensor, s_t: torch.Tensor,
-                     temperature: float) -> torch.Tensor:
+                     temperature: float, gather: Gather | None = None, n_global: int | None = None) -> torch.Tensor:
     if kind == "mcl":
-        return mcl_loss(t_s, s_s, s_t)
+        return mcl_loss(t_s, s_s, s_t, gather, n_global)
     if kind == "hard":
-        return hard_label_loss(s_s, s_t)
+        return hard_label_loss(s_s, s_t, gather, n_global)
     if kind == "ce":
-        return soft_ce_loss(t_s, s_s, s_t, temperature)
+        return soft_ce_loss(t_s, s_s, s_t, temperature, gather, n_global)
     return s_s.new_zeros(())
 
 
@@ -324,11 +346,13 @@ def parse_stages(spec: str | Sequence[int] | None) -> tuple[int, ...]:
     return stages
 
 
-def trajectory(tc: MSTrainConfig) -> dict:
-    """The settings that decide a stage's weights (threads, logging cadence and device do not)."""
+def trajectory(tc: MSTrainConfig, world: int = 1) -> dict:
+    """The settings that decide a stage's weights (threads, logging cadence and device do not);
+    ``batch_size`` is the global batch (per process x processes), so a stage trained by two processes
+    at batch B counts as made with 2B in one process."""
     keys = ("seed", "batch_size", "grad_accum", "lr", "weight_decay", "warmup_steps", "max_steps", "clip_norm",
             "lang_temperature", "head_fit_pairs")
-    return {k: getattr(tc, k) for k in keys}
+    return {**{k: getattr(tc, k) for k in keys}, "batch_size": tc.batch_size * world}
 
 
 @dataclass
@@ -337,10 +361,15 @@ class Batch:
     s_mask: torch.Tensor
     t_ids: torch.Tensor  # translation
     t_mask: torch.Tensor
-    rows: np.ndarray
+    rows: np.ndarray  # this process's rows of the global batch
+    n_global: int = 0  # rows of the global batch (data-parallel runs; 0: these rows are all)
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def pairs(self) -> int:
+        return self.n_global or len(self.rows)
 
 
 @dataclass
@@ -363,7 +392,12 @@ class StageResult:
 
 
 class MultiStageTrainer:
-    """The four stages in ``out_dir``; ``run(stages)`` runs, resumes or skips each in order."""
+    """The four stages in ``out_dir``; ``run(stages)`` runs, resumes or skips each in order.
+
+    Under torchrun every stage is data-parallel (see :class:`~tinyglot.distill.lealla.LealLATrainer`):
+    each process takes a slice of the global batch, stage 4's contrastive columns are gathered across
+    processes, rank 0 runs the teacher pass and writes every file, the others wait and read.
+    """
 
     def __init__(self, preset: MSPreset, out_dir: str | Path, pairs: list[Pair], assistant: str | Path,
                  teacher: Encoder, teacher_identity: str | None = None, preset_name: str = "custom",
@@ -372,7 +406,8 @@ class MultiStageTrainer:
         self.preset, self.preset_name, self.out = preset, preset_name, Path(out_dir)
         self.progress, self.say, self.teacher = progress, say, teacher
         tc = preset.train
-        self.device = single_process_device(tc, "multi-stage distillation")
+        self.device = training_device(tc)
+        self.ctx: DistContext = init_distributed(self.device)
         self.assistant_path = Path(assistant).resolve()
         first, self.tokenizer, acfg, self.assistant_identity = load_assistant(self.assistant_path)
         bc = first.encoder.config
@@ -383,7 +418,7 @@ class MultiStageTrainer:
         self.cache_dir = Path(cache_dir) if cache_dir else self.out / "teacher-cache"
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
         check_tokenizer(self.tokenizer, [*train_g, PIVOT])
-        self.data = tokenize_pairs(train_g, self.tokenizer, self.student_cfg.max_len)
+        self.data = tokenized_corpus(train_g, self.tokenizer, self.student_cfg.max_len, tc, self.device, self.ctx)
         index: dict[str, int] = {}
         self.en_row = [np.array([index.setdefault(p.en, len(index)) for p in ps]) for ps in self.data.pairs]
         self.english = list(index)
@@ -394,23 +429,36 @@ class MultiStageTrainer:
     def t_emb(self) -> np.ndarray:
         """Teacher embeddings of every distinct English training sentence (cached on disk)."""
         if self._t_emb is None:
-            self._t_emb = teacher_embeddings(self.teacher, self.english, self.cache_dir, identity=self.teacher_identity,
-                                             batch_size=self.preset.train.teacher_batch_size, progress=self.progress)
+            self._t_emb = shared_teacher_embeddings(
+                self.ctx, self.teacher, self.english, self.cache_dir, identity=self.teacher_identity,
+                batch_size=self.preset.train.teacher_batch_size, progress=self.progress)
         return self._t_emb
 
     def teacher_rows(self, rows: np.ndarray) -> torch.Tensor:
         er = np.array([self.en_row[li][pi] for li, pi in rows])
-        return torch.from_numpy(np.asarray(self.t_emb[er], dtype=np.float32)).to(self.device)
+        return to_device(np.asarray(self.t_emb[er], dtype=np.float32), self.device)
 
-    def batch(self, plan: BatchPlan, index: int) -> Batch:
-        rows = plan.batch(index)
+    def batch(self, plan: BatchPlan, index: int, whole: bool = False) -> Batch:
+        """This process's rows of the global batch ``index`` (all of them with ``whole``)."""
+        rows = plan.batch(index, 1 if whole else self.ctx.world)  # (whole: untrimmed, as in one process)
+        n_global = len(rows) if self.ctx.enabled else 0
+        if not whole:
+            rows = rows[self.ctx.rank :: self.ctx.world]
         xb, eb, _ = plan.tensors(rows, self.tokenizer, [0] * len(self.data.langs), self.student_cfg.max_len)
-        t = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
-        return Batch(t(eb.ids), t(eb.mask), t(xb.ids), t(xb.mask), rows)
+        t = lambda a: to_device(a, self.device)  # noqa: E731
+        return Batch(t(eb.ids), t(eb.mask), t(xb.ids), t(xb.mask), rows, 0 if whole else n_global)
 
     def plan(self, stage: int) -> BatchPlan:
         tc = self.preset.stage_settings(stage)
-        return BatchPlan(self.data, tc.batch_size, tc.lang_temperature, tc.seed + stage)
+        return BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed + stage)
+
+    def share(self, b: Batch) -> float | None:
+        """This process's part of the global batch (None in one process): per-pair losses are
+        scaled by it so that the processes' losses sum to the global batch's."""
+        return len(b) / b.n_global if b.n_global else None
+
+    def gathered(self, b: Batch) -> tuple[Gather | None, int | None]:
+        return (self.ctx.gather, b.n_global) if b.n_global else (None, None)
 
     def stage_dir(self, stage: int) -> Path:
         return self.out / f"stage{stage}"
@@ -422,7 +470,7 @@ class MultiStageTrainer:
     def stage_meta(self, stage: int) -> dict:
         """What stage ``stage``'s weights depend on; its checkpoints and output must match it."""
         meta = {"kind": f"multistage-stage{stage}", "tokenizer": self.tokenizer.sha256, "data": self.data.fingerprint,
-                "train": trajectory(self.preset.stage_settings(stage))}
+                "train": trajectory(self.preset.stage_settings(stage), self.ctx.world)}
         if stage in (1, 4):
             meta["teacher"] = self.teacher_identity
         if stage == 1:
@@ -508,24 +556,31 @@ class MultiStageTrainer:
                extra: dict, on_step: Callable[[int, int], None] | None, started: float) -> StageResult:
         folder, tc = self.stage_dir(stage), self.preset.stage_settings(stage)
         resume = (folder / "last.pt").exists()
-        prepare_run_dir(folder, resume, f"stage-{stage} run")
+        self.ctx.barrier()  # (every process has looked before rank 0 writes)
+        prepare_run_dir(folder, resume, f"stage-{stage} run", clean=self.ctx.is_main)
+        self.ctx.barrier()
         model.to(self.device)
         name = "assistant" if stage == 1 else "student"
-        loop = TrainLoop(folder, model, tc, self.device, meta, f"stage {stage} {name}", progress=self.progress)
+        loop = TrainLoop(folder, model, tc, self.device, meta, f"stage {stage} {name}", ctx=self.ctx,
+                         progress=self.progress, global_loss=self.ctx.enabled)
         if resume:
             loop.resume()
         plan = self.plan(stage)
-        result = loop.run(lambda net, i: loss_fn(net, self.batch(plan, i)), lambda: self.evaluate(model, name),
+        maybe_compile(model.encoder, tc.compile)
+        net, micro_loss = data_parallel(model, lambda m, i: loss_fn(m, self.batch(plan, i)), self.ctx, self.device)
+        result = loop.run(micro_loss, lambda: self.evaluate(model, name), net=net,
                           on_step=(lambda step: on_step(stage, step)) if on_step else None)
-        if (folder / "best.pt").exists():
-            model.load_state_dict(load_checkpoint(folder / "best.pt", expect=meta)["model"])
-        max_len = self.assistant_max_len if stage == 1 else self.student_cfg.max_len
         wall = round(time.time() - started, 1)
-        save_ms_model(model.cpu().eval(), self.tokenizer, self.output(stage), kind, max_len, {
-            "stage": stage, "preset": self.preset_name, "stage_meta": meta, "trained_steps": result.steps,
-            "train_seconds": round(result.seconds, 1), "wall_seconds": wall, "best_dev_p1": result.best_dev_p1,
-            **extra,
-        })
+        if self.ctx.is_main:
+            if (folder / "best.pt").exists():
+                model.load_state_dict(load_checkpoint(folder / "best.pt", expect=meta)["model"])
+            max_len = self.assistant_max_len if stage == 1 else self.student_cfg.max_len
+            save_ms_model(model.cpu().eval(), self.tokenizer, self.output(stage), kind, max_len, {
+                "stage": stage, "preset": self.preset_name, "stage_meta": meta, "trained_steps": result.steps,
+                "train_seconds": round(result.seconds, 1), "wall_seconds": wall, "best_dev_p1": result.best_dev_p1,
+                **extra,
+            })
+        self.ctx.barrier()
         return StageResult(stage, self.output(stage), result.steps, wall, result.best_dev_p1, False,
                            extra.get("note", ""))
 
@@ -557,7 +612,7 @@ class MultiStageTrainer:
         model.to(self.device).eval()
         with torch.no_grad():
             while count < n:
-                b = self.batch(plan, len(xs) // 2)
+                b = self.batch(plan, len(xs) // 2, whole=True)  # every process fits the same projection
                 t = self.teacher_rows(b.rows)
                 xs += [model.embed(b.s_ids, b.s_mask), model.embed(b.t_ids, b.t_mask)]
                 ys += [t, t]
@@ -568,7 +623,7 @@ class MultiStageTrainer:
     def stage1_loss(self, net: MSModel, b: Batch) -> dict:
         t = self.teacher_rows(b.rows)
         return _pair_parts(t, net.head("teacher", net.embed(b.s_ids, b.s_mask)),
-                           t, net.head("teacher", net.embed(b.t_ids, b.t_mask)), len(b))
+                           t, net.head("teacher", net.embed(b.t_ids, b.t_mask)), b.pairs, self.share(b))
 
     # ---------------------------------------------------------------- stage 2
     def _stage2(self) -> tuple[MSModel, Callable, str, dict]:
@@ -579,9 +634,12 @@ class MultiStageTrainer:
         def loss(net: MSModel, b: Batch) -> dict:
             with torch.no_grad():
                 a_s, a_t = frozen.layer_input(b.s_ids), frozen.layer_input(b.t_ids)
-            mse_s = masked_mse(a_s, net.head("assistant", net.layer_input(b.s_ids)), b.s_mask)
-            mse_t = masked_mse(a_t, net.head("assistant", net.layer_input(b.t_ids)), b.t_mask)
-            return _parts(mse_s + mse_t, len(b), mse_s=mse_s, mse_t=mse_t)
+            dim = a_s.shape[-1]  # data-parallel: normalised by the global batch's real positions
+            den_s = self.ctx.all_reduce_sum(float(b.s_mask.sum()) * dim) if b.n_global else None
+            den_t = self.ctx.all_reduce_sum(float(b.t_mask.sum()) * dim) if b.n_global else None
+            mse_s = masked_mse(a_s, net.head("assistant", net.layer_input(b.s_ids)), b.s_mask, den_s)
+            mse_t = masked_mse(a_t, net.head("assistant", net.layer_input(b.t_ids)), b.t_mask, den_t)
+            return _parts(mse_s + mse_t, b.pairs, mse_s=mse_s, mse_t=mse_t)
 
         return student, loss, KIND_STUDENT, {"teacher_dim": teacher_dim, "note": note}
 
@@ -620,7 +678,7 @@ class MultiStageTrainer:
             with torch.no_grad():
                 a_s, a_t = frozen.embed(b.s_ids, b.s_mask), frozen.embed(b.t_ids, b.t_mask)
             return _pair_parts(a_s, net.head("assistant", net.embed(b.s_ids, b.s_mask)),
-                               a_t, net.head("assistant", net.embed(b.t_ids, b.t_mask)), len(b))
+                               a_t, net.head("assistant", net.embed(b.t_ids, b.t_mask)), b.pairs, self.share(b))
 
         return student, loss, KIND_STUDENT, {"teacher_dim": cfg["teacher_dim"]}
 
@@ -639,8 +697,11 @@ class MultiStageTrainer:
         t = self.teacher_rows(b.rows)
         s_s, s_t = net.embed(b.s_ids, b.s_mask), net.embed(b.t_ids, b.t_mask)
         kd = pair_mse(t, net.head("teacher", s_s), t, net.head("teacher", s_t))
-        cl = contrastive_loss(lc.stage4, t, s_s, s_t, lc.temperature)
-        return _parts(lc.contrastive_weight * cl + lc.kd_weight * kd, len(b), contrastive=cl, kd=kd)
+        share = self.share(b)
+        if share is not None:
+            kd = kd * share
+        cl = contrastive_loss(lc.stage4, t, s_s, s_t, lc.temperature, *self.gathered(b))
+        return _parts(lc.contrastive_weight * cl + lc.kd_weight * kd, b.pairs, contrastive=cl, kd=kd)
 
 
 def _parts(loss: torch.Tensor, pairs: int, **parts: torch.Tensor) -> dict:
@@ -649,8 +710,12 @@ def _parts(loss: torch.Tensor, pairs: int, **parts: torch.Tensor) -> dict:
     return {"loss": loss, "parts": shown, "pairs": pairs}
 
 
-def _pair_parts(target_s: torch.Tensor, s: torch.Tensor, target_t: torch.Tensor, t: torch.Tensor, pairs: int) -> dict:
+def _pair_parts(target_s: torch.Tensor, s: torch.Tensor, target_t: torch.Tensor, t: torch.Tensor, pairs: int,
+                share: float | None = None) -> dict:
+    """Stage 1 / 3's loss; ``share`` (data-parallel runs): this process's part of the global batch."""
     mse_s, mse_t = mse(target_s, s), mse(target_t, t)
+    if share is not None:
+        mse_s, mse_t = mse_s * share, mse_t * share
     return _parts(mse_s + mse_t, pairs, mse_s=mse_s, mse_t=mse_t)
 
 
@@ -673,26 +738,29 @@ def testset_sentences(testset: dict[str, list[Pair]]) -> list[str]:
 def evaluate_models(trainer: MultiStageTrainer, teacher, testset, name: str, cache_dir: Path,
                     progress: bool) -> list[BitextResult]:
     """P@1 on the test set of the student (last stage done), each stage's output, the assistant
-    before and after stage 1, the teacher and TF-IDF."""
+    before and after stage 1, the teacher and TF-IDF; the torch models run on the training device."""
+    device = str(trainer.device)
     from tinyglot.cli import load_encoder_arg
 
     sentences = testset_sentences(testset)
     rows = teacher_embeddings(teacher, sentences, cache_dir, identity=trainer.teacher_identity, progress=progress)
     done = [s for s in STAGES if trainer.status(s) == "complete"]
     models: list[tuple[str, object]] = [("teacher", LookupEncoder(sentences, rows, "teacher")),
-                                        ("assistant", load_assistant_encoder(trainer.assistant_path))]
+                                        ("assistant", load_assistant_encoder(trainer.assistant_path, device))]
     if 1 in done:
-        models.append(("assistant-stage1", load_multistage(trainer.output(1))))
+        models.append(("assistant-stage1", load_multistage(trainer.output(1), device)))
     students = [s for s in done if s >= 2]
-    models += [("student" if s == students[-1] else f"student-stage{s}", load_multistage(trainer.output(s)))
+    models += [("student" if s == students[-1] else f"student-stage{s}", load_multistage(trainer.output(s), device))
                for s in students]
     models.append(("tfidf", load_encoder_arg("tfidf")))
     return [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in models]
 
 
-def load_assistant_encoder(path: Path) -> TorchEncoder:
+def load_assistant_encoder(path: Path, device: str = "cpu") -> TorchEncoder:
     model, tokenizer, cfg, _ = load_assistant(path)
-    return TorchEncoder(tokenizer, model.embed, int(cfg["max_len"]), name="assistant")
+    dev = select_device(device)
+    model.to(dev).eval()
+    return TorchEncoder(tokenizer, model.embed, int(cfg["max_len"]), dev, name="assistant")
 
 
 def write_ms_report(out: Path, results: list[BitextResult], info: dict, stages: list[dict]) -> dict:
@@ -733,7 +801,8 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
     preset = get_preset(student, overrides)
     wanted = parse_stages(stages)
     teacher_spec = resolve_spec(teacher or DEFAULT_TEACHER)
-    teacher_enc = load_teacher_encoder(teacher_spec)
+    # the teacher pass runs on the training device (under torchrun: this process's GPU)
+    teacher_enc = load_teacher_encoder(teacher_spec, device=str(training_device(preset.train)))
     assistant_spec = resolve_spec(assistant) if assistant else str(ensure_default_teacher(say, progress))
     out = Path(out or Path("runs") / "distill" / student)
     cache = Path(cache_dir or tinyglot_home() / "teacher-cache")
@@ -741,6 +810,10 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
     trainer = MultiStageTrainer(preset, out, load_pairs(data), assistant_spec, teacher_enc, teacher_enc.identity(),
                                 student, cache, progress, say)
     ran = {r.stage: r for r in trainer.run(wanted)}
+    if not trainer.ctx.is_main:  # data-parallel: rank 0 evaluates and writes the report
+        shutdown_distributed()
+        return {}
+    shutdown_distributed()
     stage_rows = [(ran.get(s) or trainer.recorded(s)).to_dict() for s in STAGES
                   if s in ran or trainer.status(s) == "complete"]
     results = evaluate_models(trainer, teacher_enc, load_testset(test_data), str(test_data or "embedded test set"),

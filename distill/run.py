@@ -125,10 +125,13 @@ def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out
                    progress: bool = True):
     """A ``LealLATrainer`` from the teacher ``teacher_spec`` (its vocabulary reused when it is a tinyglot
     model), teacher embeddings cached in ``cache_dir`` (default ``$TINYGLOT_HOME/teacher-cache``)."""
+    from tinyglot.training import training_device
+
     from .lealla import LealLATrainer
     from .teachers import load_teacher_encoder
 
-    teacher = load_teacher_encoder(teacher_spec)
+    # the teacher pass runs on the training device (under torchrun: this process's GPU)
+    teacher = load_teacher_encoder(teacher_spec, device=str(training_device(preset.train)))
     return LealLATrainer(preset, out, pairs, teacher, teacher.identity(), teacher_tokenizer(teacher_spec),
                          preset_name, cache_dir or tinyglot_home() / "teacher-cache", vocab_size, resume, progress)
 
@@ -147,6 +150,11 @@ def run_distill(student: str = "lealla-small", teacher: str | None = None, data:
                              progress)
     teacher_enc = trainer.teacher
     result = trainer.train()
+    from tinyglot.distributed import shutdown_distributed
+
+    shutdown_distributed()
+    if not trainer.ctx.is_main:  # data-parallel: rank 0 evaluates and writes the report
+        return {}
     from .student import load_student
 
     testset = load_testset(test_data)
@@ -154,7 +162,7 @@ def run_distill(student: str = "lealla-small", teacher: str | None = None, data:
     from tinyglot.cli import load_encoder_arg
 
     results = [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in
-               (("student", load_student(result.student_dir)), ("teacher", teacher_enc),
+               (("student", load_student(result.student_dir, device=str(trainer.device))), ("teacher", teacher_enc),
                 ("tfidf", load_encoder_arg("tfidf")))]
     cfg = read_model_config(result.student_dir)
     info = {"preset": student, "teacher": teacher_spec, "student_dim": cfg["dim"],

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 
 from tinyglot.batching import (PIVOT, BatchPlan, TokenizedPairs, check_tokenizer, split_train_dev,
-                               tokenize_pairs, train_vocabulary)
+                               train_vocabulary)
 from tinyglot.config import to_dict
 from tinyglot.data import Pair
 from tinyglot.data.embedded import load_pairs
@@ -20,7 +20,9 @@ from tinyglot.io import atomic_write_json
 from tinyglot.models import TorchEncoder
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.trainloop import TrainLoop
-from tinyglot.training import prepare_run_dir, run_tokenizer, seed_everything, select_device
+from tinyglot.tokcache import tokenized_corpus
+from tinyglot.training import (maybe_compile, prepare_run_dir, run_tokenizer, seed_everything, to_device,
+                               training_device)
 
 from .config import EMSPreset
 from .model import EMSModel
@@ -65,12 +67,8 @@ class TeacherTrainer:
         self.resume = resume
         self.progress = progress
         tc = preset.train
-        if tc.threads:
-            torch.set_num_threads(tc.threads)
-        self.device = select_device(tc.device)
+        self.device = training_device(tc)  # under torchrun: cuda:<LOCAL_RANK>
         self.ctx: DistContext = init_distributed(self.device)
-        if self.ctx.enabled and self.device.type == "cuda":
-            self.device = torch.device("cuda", self.ctx.local_rank)
         prepare_run_dir(self.out, resume, "teacher run", clean=self.ctx.is_main)
         self.ctx.barrier()
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
@@ -87,7 +85,8 @@ class TeacherTrainer:
         self.tokenizer = tokenizer
         # the model's vocabulary is the tokenizer's (SentencePiece may give fewer pieces than asked)
         preset.model.vocab_size = tokenizer.vocab_size
-        self.data: TokenizedPairs = tokenize_pairs(train_g, tokenizer, preset.model.max_len)
+        self.data: TokenizedPairs = tokenized_corpus(train_g, tokenizer, preset.model.max_len, tc, self.device,
+                                                     self.ctx)
         if self.data.truncated:
             log.info("%d sentences longer than max_len=%d tokens were truncated",
                      self.data.truncated, preset.model.max_len)
@@ -144,6 +143,7 @@ class TeacherTrainer:
             loop.resume()
         if self.ctx.is_main:
             self.write_config()
+        maybe_compile(model.encoder, tc.compile)
         net = model
         if self.ctx.enabled:
             net = torch.nn.parallel.DistributedDataParallel(
@@ -161,7 +161,7 @@ class TeacherTrainer:
         n_global = len(rows)
         rows = rows[self.ctx.rank :: self.ctx.world]
         xb, eb, x_lang = self.plan.tensors(rows, self.tokenizer, self.lang_ids, self.preset.model.max_len)
-        t = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+        t = lambda a: to_device(a, self.device)  # noqa: E731
         en_lang = torch.full((len(rows),), self.pivot_id, dtype=torch.long, device=self.device)
         out = net(t(xb.ids), t(xb.mask), t(eb.ids), t(eb.mask), t(x_lang), en_lang,
                   gather=self.ctx.gather if self.ctx.enabled else None, global_batch=n_global)

@@ -21,8 +21,11 @@ __version__ = "0.1.0"
 __all__ = ["Encoder", "TinyglotError", "l2_normalize", "load", "__version__"]
 
 
-def load(path: str | os.PathLike[str]) -> Encoder:
-    """Open any tinyglot model folder (teacher run, student, exported bundle) as an ``Encoder``."""
+def load(path: str | os.PathLike[str], device: str = "cpu") -> Encoder:
+    """Open any tinyglot model folder (teacher run, student, exported bundle) as an ``Encoder``.
+
+    ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``) is where a PyTorch model runs;
+    exported bundles run on their runtime's CPU provider whatever it says."""
     from tinyglot.models import load_encoder
 
-    return load_encoder(path)
+    return load_encoder(path, device=device)

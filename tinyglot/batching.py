@@ -18,7 +18,7 @@ import logging
 from tinyglot.data import Pair
 from tinyglot.data.clean import english_key, group_by_lang, sampling_probs, train_dev_split
 from tinyglot.errors import TinyglotError
-from tinyglot.tokenizer import Tokenizer
+from tinyglot.tokenizer import PAD_ID, Batch, Tokenizer
 
 
 log = logging.getLogger("tinyglot.data")
@@ -133,6 +133,18 @@ def tokenize_pairs(
     return out
 
 
+def pad_arrays(seqs: Sequence[np.ndarray], max_len: int) -> Batch:
+    """``Tokenizer.pad(seqs, max_len)`` for rows of token ids that are numpy arrays: the same int64 ids
+    and mask, padded to the longest row (rows are truncated to ``max_len`` when tokenised)."""
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    width = int(lengths.max()) if len(seqs) else 1
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    ids = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
+    if len(seqs):
+        ids[mask] = np.concatenate(seqs)
+    return Batch(ids, mask.astype(np.int64))
+
+
 class BatchPlan:
     """Length-bucketed batches drawn with temperature-based language sampling.
 
@@ -187,8 +199,9 @@ class BatchPlan:
         return rows[: len(rows) - len(rows) % world]
 
     def tensors(self, rows: np.ndarray, tokenizer: Tokenizer, lang_ids: Sequence[int], max_len: int):
-        """(x Batch, en Batch, x language-token ids) for ``rows``."""
-        xb = tokenizer.pad([self.data.x[li][pi] for li, pi in rows], max_len)
-        eb = tokenizer.pad([self.data.en[li][pi] for li, pi in rows], max_len)
+        """(x Batch, en Batch, x language-token ids) for ``rows``: the arrays ``tokenizer.pad`` makes,
+        built with one scatter per side instead of a Python loop over rows."""
+        xb = pad_arrays([self.data.x[li][pi] for li, pi in rows], max_len)
+        eb = pad_arrays([self.data.en[li][pi] for li, pi in rows], max_len)
         x_lang = np.array([lang_ids[li] for li, _ in rows], dtype=np.int64)
         return xb, eb, x_lang

@@ -7,11 +7,18 @@ rank and gathers contrastive negatives across processes with gradients.
 
 from __future__ import annotations
 
+import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+# How long a process waits at a barrier (e.g. while rank 0 runs the teacher pass over a large corpus)
+# before the run fails; minutes, TINYGLOT_DIST_TIMEOUT_MIN overrides it.
+DEFAULT_TIMEOUT_MIN = 180
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,10 @@ class DistContext:
         if self.enabled:
             dist.barrier()
 
+    def all_reduce_sum(self, value: float) -> float:
+        """The sum of ``value`` over all processes (no gradient)."""
+        return self.all_reduce_mean(value) * self.world
+
     def all_reduce_mean(self, value: float) -> float:
         if not self.enabled:
             return value
@@ -65,10 +76,41 @@ def init_distributed(device: torch.device) -> DistContext:
     if not dist.is_initialized():
         # gloo serves the small CPU reductions (logged loss parts) next to NCCL on GPUs
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend)
+        minutes = int(os.environ.get("TINYGLOT_DIST_TIMEOUT_MIN", str(DEFAULT_TIMEOUT_MIN)))
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=minutes))
     return DistContext(rank=rank, world=world, local_rank=local_rank)
 
 
 def shutdown_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+class LossModule(torch.nn.Module):
+    """A recipe's micro-batch loss run inside ``forward``.
+
+    DistributedDataParallel synchronises gradients only for passes through its own ``forward``; the
+    distillation recipes call ``model.embed`` (and heads, embedding layers) from their loss functions,
+    so the whole loss runs in here and DDP wraps this module.
+    """
+
+    def __init__(self, model: torch.nn.Module, loss: Callable[[torch.nn.Module, int], Any]) -> None:
+        super().__init__()
+        self.model = model
+        self._loss = loss
+
+    def forward(self, index: int) -> Any:
+        return self._loss(self.model, index)
+
+
+def data_parallel(model: torch.nn.Module, micro_loss: Callable[[torch.nn.Module, int], Any], ctx: DistContext,
+                  device: torch.device) -> tuple[torch.nn.Module, Callable[[torch.nn.Module, int], Any]]:
+    """``(net, micro_loss)`` for :meth:`TrainLoop.run`: unchanged in one process; under torchrun a DDP
+    module over :class:`LossModule` (unused parameters allowed: a stage may train part of a model,
+    a switched-off loss leaves its head idle) and a loss that runs through it."""
+    if not ctx.enabled:
+        return model, micro_loss
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        LossModule(model, micro_loss), device_ids=[device.index or 0] if device.type == "cuda" else None,
+        find_unused_parameters=True)
+    return ddp, lambda net, index: net(index)

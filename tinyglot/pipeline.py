@@ -118,6 +118,8 @@ class EvalSection:
     batch_size: int = 64
     peers: list[str] = field(default_factory=list)
     threads: int = 1
+    # where the PyTorch models (teacher, student) are evaluated: auto = the GPU when there is one
+    device: str = "auto"
 
 
 @dataclass
@@ -736,13 +738,13 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
     def teacher():
         from tinyglot.distill.teachers import load_teacher_encoder
 
-        return load_teacher_encoder(ctx.teacher_spec())
+        return load_teacher_encoder(ctx.teacher_spec(), device=ctx.cfg.eval.device)
 
     student = ctx.student_dir
     models = [EvalModel("TF-IDF", "tfidf", "", hash_json(train_data_inputs(ctx.cfg)), tfidf),
               EvalModel("teacher", "teacher", ctx.teacher_spec(), ctx.output_hash("teacher"), teacher),
               EvalModel("student (PyTorch)", "student", str(student), ctx.output_hash("distill", "distill/student/"),
-                        lambda: tinyglot.load(student))]
+                        lambda: tinyglot.load(student, device=ctx.cfg.eval.device))]
     for name in ctx.cfg.bundle_names():
         path = ctx.bundle_dir(name)
         models.append(EvalModel(name, "bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),

@@ -34,18 +34,111 @@ def single_process_device(settings: Any, what: str) -> torch.device:
     return select_device(settings.device)
 
 
-def select_device(name: str = "auto") -> torch.device:
-    """``auto`` picks CUDA, then Apple MPS, then CPU; an explicit name must be available."""
+def pick_device(name: str, cuda: bool, mps: bool, local_rank: int | None = None) -> str:
+    """The device ``name`` resolves to on a machine with (``cuda``, ``mps``) available, as a string.
+
+    ``auto`` picks CUDA, then Apple MPS, then the CPU; an explicit name must be available.  Under
+    torchrun (``local_rank`` given) a CUDA device without an index becomes ``cuda:<local_rank>``, so
+    each process of a machine trains on its own GPU.  Pure: the unit tests call it without a GPU.
+    """
+    name = (name or "auto").strip().lower()
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise TinyglotError("device 'cuda' was asked for but no CUDA GPU is visible", "use --device cpu or auto")
-    return device
+        name = "cuda" if cuda else "mps" if mps else "cpu"
+    try:
+        kind = torch.device(name).type
+    except RuntimeError:
+        raise TinyglotError(f"unknown device {name!r}", "use auto, cpu, cuda, cuda:N or mps") from None
+    if kind == "cuda" and not cuda:
+        raise TinyglotError(f"device {name!r} was asked for but no CUDA GPU is visible",
+                            "use --device cpu or auto (or --set train.device=cpu|auto)")
+    if kind == "mps" and not mps:
+        raise TinyglotError(f"device {name!r} was asked for but Apple MPS is not available", "use cpu or auto")
+    if kind == "cuda" and name == "cuda" and local_rank is not None:
+        return f"cuda:{local_rank}"
+    return name
+
+
+def select_device(name: str = "auto", local_rank: int | None = None) -> torch.device:
+    """``auto`` picks CUDA, then Apple MPS, then CPU; an explicit name must be available."""
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    return torch.device(pick_device(name, torch.cuda.is_available(), mps, local_rank))
+
+
+def training_device(settings: Any) -> torch.device:
+    """Apply ``settings.threads`` and pick ``settings.device``; under torchrun each process of a
+    machine takes the GPU of its ``LOCAL_RANK``.  The teacher pass, dev evaluation and training of a
+    recipe all run there."""
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return select_device(settings.device, int(os.environ.get("LOCAL_RANK", "0")) if world > 1 else None)
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A numpy batch on ``device``: on CUDA through pinned memory with a non-blocking copy (the copy
+    overlaps the previous step's kernels); elsewhere ``torch.from_numpy(...).to(device)`` as before."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+CHECKPOINTING = ("auto", "always", "never")
+# Part of free GPU memory a step's activations may take before checkpointing switches on: the rest
+# holds the allocator's fragmentation, the optimizer's temporaries and the other side of the pair.
+GPU_MEMORY_SHARE = 0.6
+
+
+def activation_bytes(tokens: int, hidden: int, layers: int, ffn: int, heads: int, seq_len: int,
+                     bytes_per_value: int = 4) -> int:
+    """Rough size of the activations a BERT encoder keeps for the backward pass over ``tokens``
+    tokens (sentences x padded length) of length ``seq_len``: per layer and token about 12 hidden-sized
+    tensors (attention inputs/outputs, layer norms, dropout masks), two FFN-sized ones and the
+    attention probabilities (heads x seq_len, twice with their dropout mask)."""
+    per_token_layer = 12 * hidden + 2 * ffn + 2 * heads * seq_len
+    return int(tokens) * int(layers) * per_token_layer * bytes_per_value
+
+
+def use_checkpointing(mode: str, device_type: str, tokens: int, limit_tokens: int,
+                      need_bytes: int | None = None, free_bytes: int | None = None,
+                      out_of_memory_before: bool = False) -> bool:
+    """Whether a training batch runs with gradient checkpointing.
+
+    ``always`` / ``never`` decide alone.  ``auto`` on CUDA decides by memory: on when the batch's
+    estimated activations (``need_bytes``) exceed :data:`GPU_MEMORY_SHARE` of the free GPU memory, or
+    once a step ran out of memory; a CPU-sized token limit never applies there.  ``auto`` elsewhere
+    keeps the token rule sized for CPU memory: on above ``limit_tokens`` tokens (0: never).
+    """
+    if mode not in CHECKPOINTING:
+        raise TinyglotError(f"unknown train.checkpointing {mode!r}", f"choose one of: {', '.join(CHECKPOINTING)}")
+    if mode != "auto":
+        return mode == "always"
+    if device_type == "cuda":
+        if out_of_memory_before:
+            return True
+        if need_bytes is None or free_bytes is None:
+            return False
+        return need_bytes > GPU_MEMORY_SHARE * free_bytes
+    return bool(limit_tokens) and tokens > limit_tokens
+
+
+def free_device_bytes(device: torch.device) -> int | None:
+    """Free memory on a CUDA device (what the caching allocator holds but does not use counts as
+    free); None elsewhere."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+
+
+def maybe_compile(module: torch.nn.Module, enabled: bool) -> bool:
+    """``torch.compile`` ``module`` in place (``nn.Module.compile``: its state_dict keys, and so the
+    checkpoints, stay as they are) with dynamic shapes, since length buckets change the padded
+    length from batch to batch.  Returns whether it was compiled."""
+    if not enabled:
+        return False
+    module.compile(dynamic=True)
+    return True
 
 
 def amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:

@@ -50,6 +50,16 @@ class TrainSettings:
     device: str = "auto"
     amp: bool = True  # autocast on CUDA (bf16 where supported); no effect on CPU
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    # torch.compile the encoder (dynamic shapes: length buckets change the padded length). Off by
+    # default: it pays off on GPUs for long runs, costs minutes of compilation, and does not help on CPUs.
+    compile: bool = False
+    # The tokenised corpus as memory-mapped arrays in a cache keyed by tokenizer and corpus hashes
+    # (tokenised once, then read; under torchrun rank 0 writes it and the others read it).
+    # "auto": on for CUDA runs, off on CPU (tokenising in memory as before); "on"; "off".
+    token_cache: str = "auto"
+    token_cache_dir: str = ""  # "" = $TINYGLOT_HOME/token-cache
+
+    TOKEN_CACHE = ("auto", "on", "off")
 
     POSITIVE = ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm", "lang_temperature",
                 "dev_pairs_per_lang", "log_every", "eval_every", "save_every")
@@ -58,6 +68,12 @@ class TrainSettings:
         validate_positive(self, self.POSITIVE, "train")
         if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
             raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
+        if self.token_cache not in self.TOKEN_CACHE:
+            raise TinyglotError(f"unknown train.token_cache {self.token_cache!r}",
+                                f"choose one of: {', '.join(self.TOKEN_CACHE)}")
+
+    def wants_token_cache(self, device_type: str) -> bool:
+        return self.token_cache == "on" or (self.token_cache == "auto" and device_type == "cuda")
 
 
 @dataclass
@@ -126,14 +142,18 @@ class TrainLoop:
 
     # ---------------------------------------------------------------- loop
     def run(self, micro_loss: MicroLoss, evaluate: Callable[[], Any], net: torch.nn.Module | None = None,
-            on_step: Callable[[int], None] | None = None) -> LoopResult:
+            on_step: Callable[[int], None] | None = None,
+            on_out_of_memory: Callable[[], bool] | None = None) -> LoopResult:
+        """Train to ``max_steps``.  ``on_out_of_memory()`` is called when a step runs out of GPU
+        memory; if it returns True (it switched something on, e.g. gradient checkpointing) the step
+        is run again, once."""
         cfg, net = self.cfg, net or self.model
         self.model.train()
         t0, pairs_seen, last_loss = time.time(), 0, math.nan
         bar = Progress(cfg.max_steps, self.title, self.progress)
         with bar.run(start=self.step):
             while self.step < cfg.max_steps:
-                parts, pairs = self._one_step(net, micro_loss)
+                parts, pairs = self._step_with_retry(net, micro_loss, on_out_of_memory)
                 self.step += 1
                 pairs_seen += pairs
                 last_loss = parts["loss"]
@@ -150,6 +170,19 @@ class TrainLoop:
                 if on_step is not None:
                     on_step(self.step)
         return LoopResult(self.step, time.time() - t0, self.best, last_loss)
+
+    def _step_with_retry(self, net: torch.nn.Module, micro_loss: MicroLoss,
+                         on_out_of_memory: Callable[[], bool] | None) -> tuple[dict[str, float], int]:
+        try:
+            return self._one_step(net, micro_loss)
+        except torch.OutOfMemoryError:
+            if on_out_of_memory is None or self.ctx.enabled or not on_out_of_memory():
+                raise  # (under torchrun the other processes are inside the step: no retry)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        log.warning("step %d ran out of GPU memory: retrying it with gradient checkpointing", self.step + 1)
+        return self._one_step(net, micro_loss)
 
     def _one_step(self, net: torch.nn.Module, micro_loss: MicroLoss) -> tuple[dict[str, float], int]:
         cfg = self.cfg
