@@ -147,10 +147,10 @@ def _fast(layers: int, hidden: int, heads: int, ffn: int, max_steps: int = 2000)
     return DistillPreset(StudentConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, ffn_size=ffn,
                                        max_len=128),
                          LossConfig(beta=10.0, fd_target="english"),
-                         # 2 layers: activations stay small, so no checkpointing on CPU (on CUDA by memory)
+                         # 2-4 layers: activations stay small, so no checkpointing on CPU (on CUDA by memory)
                          DistillTrainConfig(batch_size=128, lr=1e-3, max_steps=max_steps,
                                             warmup_steps=max_steps // 20, eval_every=500, save_every=250,
-                                            checkpoint_above_tokens=0))  # 2-4 layers: activations are small
+                                            checkpoint_above_tokens=0))
 
 
 def _fast_tiny() -> DistillPreset:
