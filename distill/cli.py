@@ -91,9 +91,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dim", type=int, default=128, help="target dimension of --recipe dimred")
     p.add_argument("--student", choices=sorted([*PRESETS, *MS_PRESETS]), default=None,
                    help="student preset; lealla (24-layer thin-deep BERT: small 128-d, base 192-d, large 256-d; "
-                        "default lealla-small), fast (shallow and wide, chosen by measured CPU speed: fast-small 2 "
-                        "layers x 256, fast-base 4 x 256; for strong teachers such as --teacher e5-small) or multistage (recurrent ALBERT with an embedding bottleneck; "
-                        "default ms-small)")
+                        "default lealla-small), fast (shallow and wide, chosen by measured CPU speed: fast-mini 2 "
+                        "layers x 128, the pipeline's default for the ems-small teacher; fast-small 2 x 256 and "
+                        "fast-base 4 x 256 for strong teachers such as --teacher e5-small) or multistage (recurrent "
+                        "ALBERT with an embedding bottleneck; default ms-small)")
     p.add_argument("--teacher", default=None,
                    help="a tinyglot teacher run, a TF Hub SavedModel folder, a sentence-transformers or "
                         "transformers folder, pypi:DIST, python:module:callable, or a peer by name: e5-small "
