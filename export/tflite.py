@@ -30,13 +30,14 @@ it runs in smaller signatures).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -45,6 +46,8 @@ from tinyglot.errors import TinyglotError
 from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
     finalize_bundle, parity_summary, check_bundle_out, encode_token_batches
 from .parity import Gates, check_parity
+
+LITERT_PROGRESS = "LITERT_TORCH_SHOW_PROGRESS"
 
 LOADER = "tinyglot.export.tflite:load_tflite_bundle"
 FORMAT = "tflite"
@@ -141,11 +144,8 @@ def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], 
         conv = (litert_torch if conv is None else conv).signature(signature_name(batch, seq), module,
                                                                    sample_kwargs=kwargs)
     inner = getattr(module, "model", module)
-    quiet = logging.getLogger("litert_torch")
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)
     try:
-        with _eager_attention(inner), torch.no_grad():
+        with quiet_litert(), _eager_attention(inner), torch.no_grad():
             edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
         edge.export(str(path))
     except TinyglotError:
@@ -153,9 +153,25 @@ def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], 
     except Exception as exc:  # the converter raises many types; name it for the user
         raise TinyglotError(f"litert-torch conversion failed: {type(exc).__name__}: {exc}",
                             "report this with the model's config.json") from exc
-    finally:
-        quiet.setLevel(level)
     return path
+
+
+@contextlib.contextmanager
+def quiet_litert() -> Iterator[None]:
+    """litert-torch without its terminal noise: its INFO logs, and the [START]/[ DONE] line it prints
+    on stdout for every conversion step (``LITERT_TORCH_SHOW_PROGRESS``)."""
+    logger = logging.getLogger("litert_torch")
+    level, shown = logger.level, os.environ.get(LITERT_PROGRESS)
+    logger.setLevel(logging.WARNING)
+    os.environ[LITERT_PROGRESS] = "n"
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if shown is None:
+            os.environ.pop(LITERT_PROGRESS, None)
+        else:
+            os.environ[LITERT_PROGRESS] = shown
 
 
 class _AlignedBuffer:  # namespace for the lazily defined BufferT subclass

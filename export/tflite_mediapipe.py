@@ -131,7 +131,7 @@ def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) 
     import torch
 
     from .onnx import _eager_attention
-    from .tflite import _quant_config
+    from .tflite import _quant_config, quiet_litert
 
     seq = int(max_len) + 2
     gen = torch.Generator().manual_seed(0)
@@ -141,19 +141,14 @@ def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) 
     kwargs = {"ids": ids * mask, "mask": mask, "segment_ids": torch.zeros_like(ids)}
     module.eval()
     qcfg = _quant_config(mode)
-    quiet = logging.getLogger("litert_torch")
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)
     try:
-        with _eager_attention(getattr(module, "model", module)), torch.no_grad():
+        with quiet_litert(), _eager_attention(getattr(module, "model", module)), torch.no_grad():
             conv = litert_torch.signature(SIGNATURE, module, sample_kwargs=kwargs)
             edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
         edge.export(str(path))
     except Exception as exc:
         raise TinyglotError(f"litert-torch conversion failed: {type(exc).__name__}: {exc}",
                             "report this with the model's config.json") from exc
-    finally:
-        quiet.setLevel(level)
     return Path(path)
 
 
