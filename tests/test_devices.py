@@ -243,10 +243,10 @@ def test_peers_are_measured_beside_our_bundles_on_the_same_texts(bundles, tmp_pa
                     db_path=tmp_path / "p.sqlite", **FEW)
     assert not run.failed, run.failed
     ours, peer = run.rows
-    assert peer["runtime"] == "peer" and peer["bundle"] == "peer:use-m" and peer["bundle_name"] == "peer use-m"
+    assert peer["runtime"] == "peer" and peer["bundle"] == "peer:use-m" and peer["bundle_name"] == "use-m"
     assert peer["extra"]["tokenisation"] == "included" and peer["extra"]["output_shape"] == [2, 512]
     assert peer["file_bytes"] > ours["file_bytes"] > 0 and peer["p50_ms"] > 0
-    assert "| peer | peer use-m | as shipped | included |" in report.markdown_table(run.rows)
+    assert "| peer | use-m | as shipped | included |" in report.markdown_table(run.rows)
     with pytest.raises(TinyglotError, match="only peers"):
         run_bench(["peer:use-m"], "host", db_path=tmp_path / "x.sqlite", **FEW)
     with pytest.raises(TinyglotError, match="unknown peer"):
