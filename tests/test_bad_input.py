@@ -20,6 +20,17 @@ def _prepare_fails(path: Path, out: Path, capsys, *extra: str) -> str:
     return capsys.readouterr().err
 
 
+def _refused(path: Path, reader, line: int, fragments: tuple[str, ...], capsys) -> str:
+    """``reader`` raises a DataError at ``line`` whose text has every fragment, and `tinyglot data
+    prepare` fails naming ``<file>:<line>``; prepare's stderr."""
+    with pytest.raises(DataError) as exc:
+        list(reader(path))
+    assert exc.value.line == line and all(f in str(exc.value) for f in fragments), str(exc.value)
+    err = _prepare_fails(path, path.parent / "out", capsys)
+    assert f"{path.name}:{line}" in err
+    return err
+
+
 def _tmx(body: str, decl: str = "") -> str:
     return (f'{decl}<tmx version="1.4"><header/><body>\n<tu><tuv xml:lang="en"><seg>Hello</seg></tuv>'
             f'<tuv xml:lang="de"><seg>Hallo</seg></tuv></tu>\n{body}</body></tmx>\n')
@@ -29,39 +40,26 @@ def test_tmx_with_100k_nested_tags(tmp_path, capsys):
     path = tmp_path / "deep.tmx"
     path.write_text(_tmx('<tu><tuv xml:lang="en"><seg>' + "<hi>" * 100_000 + "x" + "</hi>" * 100_000
                          + '</seg></tuv></tu>\n'))
-    with pytest.raises(DataError) as exc:
-        list(read_tmx(path))
-    assert exc.value.line == 3 and "nested more than" in str(exc.value) and "fix:" in str(exc.value)
-    assert "deep.tmx:3" in _prepare_fails(path, tmp_path / "out", capsys)
+    _refused(path, read_tmx, 3, ("nested more than", "fix:"), capsys)
 
 
 def test_tmx_declaring_an_unknown_encoding(tmp_path, capsys):
     path = tmp_path / "enc.tmx"
     path.write_text(_tmx("", '<?xml version="1.0" encoding="x-klingon"?>\n'))
-    with pytest.raises(DataError) as exc:
-        list(read_tmx(path))
-    assert exc.value.line == 1 and "x-klingon" in str(exc.value) and "UTF-8" in str(exc.value)
-    assert "enc.tmx:1" in _prepare_fails(path, tmp_path / "out", capsys)
+    _refused(path, read_tmx, 1, ("x-klingon", "UTF-8"), capsys)
 
 
 def test_jsonl_line_of_40k_nested_brackets(tmp_path, capsys):
     path = tmp_path / "deep.jsonl"
     path.write_text('{"lang": "de", "x": "Hallo", "en": "Hello"}\n'
                     '{"lang": "de", "x": ' + "[" * 40_000 + "]" * 40_000 + ', "en": "a"}\n')
-    with pytest.raises(DataError) as exc:
-        list(read_jsonl(path))
-    assert exc.value.line == 2 and "nested too deeply" in str(exc.value)
-    assert "deep.jsonl:2" in _prepare_fails(path, tmp_path / "out", capsys)
+    _refused(path, read_jsonl, 2, ("nested too deeply",), capsys)
 
 
 def test_jsonl_string_with_a_lone_surrogate(tmp_path, capsys):
     path = tmp_path / "sur.jsonl"
     path.write_text('{"lang": "de", "x": "Hallo", "en": "Hello"}\n{"lang": "de", "x": "a\\ud800b", "en": "ab"}\n')
-    with pytest.raises(DataError) as exc:
-        list(read_jsonl(path))
-    assert exc.value.line == 2 and "surrogate" in str(exc.value)
-    err = _prepare_fails(path, tmp_path / "out", capsys)
-    assert "sur.jsonl:2" in err and "surrogate" in err
+    assert "surrogate" in _refused(path, read_jsonl, 2, ("surrogate",), capsys)
 
 
 def _broken_student(student_dir: Path, tmp_path: Path) -> Path:
