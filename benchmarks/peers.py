@@ -103,7 +103,6 @@ def load_tests(tests: list[str], pairs_per_lang: int) -> dict[str, dict]:
 def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries: int, warmup: int,
                 batch: int, seed: int, tests: list[str] | None = None, throughput_sentences: int = 0,
                 known_p1: dict | None = None) -> dict:
-    from tinyglot.evaluation import evaluate_bitext
 
     testsets = load_tests(tests or [], pairs_per_lang)
     testset = next(iter(testsets.values()))  # speed is measured on the first test set's sentences

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             encoders.append(enc)
         for k in range(args.rounds):
-            for row, enc in zip(rows, encoders):
+            for row, enc in zip(rows, encoders, strict=True):
                 row.setdefault("rounds", []).append(measure(enc, sentences, args.batch, args.queries))
                 print(f"round {k + 1}/{args.rounds} {row['name']}: {row['rounds'][-1]}", file=sys.stderr, flush=True)
         for row in rows:

@@ -32,7 +32,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -194,7 +195,7 @@ def build_inputs(tokenizer, seqs: Iterable[int], out: str | Path, sentences: Seq
     sentences = list(sentences) if sentences is not None else bench_sentences()
     seqs = sorted({int(s) for s in seqs})
     ids = tokenizer.encode_ids(sentences, max(seqs))
-    longs = [" ".join([s] * (max(seqs) // max(1, len(x)) + 1)) for s, x in zip(sentences, ids)]
+    longs = [" ".join([s] * (max(seqs) // max(1, len(x)) + 1)) for s, x in zip(sentences, ids, strict=True)]
     arrays = {}
     for s in seqs:
         batch = tokenizer.pad([x[:s] for x in ids], s, pad_to="max_len")
@@ -311,10 +312,7 @@ class SshTarget:
     def workdir(self) -> str:
         if self._workdir is None:
             wd = self.profile.workdir or "~/.cache/tinyglot-bench"
-            if wd.startswith("~/"):
-                spec = "~/" + shlex.quote(wd[2:])
-            else:
-                spec = shlex.quote(wd)
+            spec = "~/" + shlex.quote(wd[2:]) if wd.startswith("~/") else shlex.quote(wd)
             proc = self.ssh(f"mkdir -p {spec} && cd {spec} && pwd")
             if proc.returncode != 0 or not proc.stdout.strip():
                 raise TinyglotError(f"cannot create {wd} on {self.profile.host}: {proc.stderr.strip()}")
@@ -753,7 +751,7 @@ def _row(profile: DeviceProfile, m: BenchModel, r: dict, host: dict, version: st
         "p50_ms": r.get("p50_ms"), "p90_ms": r.get("p90_ms"), "p99_ms": r.get("p99_ms"),
         "throughput_sps": r.get("throughput_sps"), "peak_mb": r.get("peak_rss_mb"),
         "mem_delta_mb": r.get("peak_delta_mb"), "load_ms": r.get("load_ms"), "first_ms": r.get("first_ms"),
-        "file_bytes": m.file_bytes, "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "file_bytes": m.file_bytes, "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "host_json": json.dumps(host, sort_keys=True), "tinyglot_version": version,
         "extra_json": json.dumps(extra, sort_keys=True),
     }

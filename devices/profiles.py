@@ -30,7 +30,8 @@ import sys
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from tinyglot.errors import TinyglotError
 
@@ -66,7 +67,7 @@ class DeviceProfile:
     extra_args: list[str] = field(default_factory=list)
     source: str = ""
 
-    def validate(self) -> "DeviceProfile":
+    def validate(self) -> DeviceProfile:
         if self.kind not in KINDS:
             raise TinyglotError(f"device profile {self.name!r}: unknown kind {self.kind!r}",
                                 f"use one of: {', '.join(KINDS)}")
@@ -109,7 +110,7 @@ def parse_ssh_url(url: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2) or 22)
 
 
-def load_profile(spec: "str | Path | DeviceProfile | None" = "host") -> DeviceProfile:
+def load_profile(spec: str | Path | DeviceProfile | None = "host") -> DeviceProfile:
     """A profile by shipped name, ``.toml`` path, ``ssh://user@host[:port]`` or ``adb[://SERIAL]``."""
     if isinstance(spec, DeviceProfile):
         return spec.validate()
@@ -252,7 +253,7 @@ def _os_name() -> str:
     return m.group(1) if m else platform.platform()
 
 
-def preferred_int8_preset(flags: "Iterable[str] | dict[str, bool]", machine: str | None = None) -> str:
+def preferred_int8_preset(flags: Iterable[str] | dict[str, bool], machine: str | None = None) -> str:
     """The dynamic-int8 export preset for a CPU with these ISA flags.
 
     ``avx512-vnni`` with AVX512-VNNI (or AVX-VNNI / AMX-INT8: same int8 dot products), ``arm64``

@@ -17,7 +17,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from tinyglot.errors import TinyglotError
 
@@ -131,7 +132,7 @@ def bundle_p1(conn, bundle: str | Path, bundle_hash: str, p1_from: str = "auto",
     source = f"evaluate_bitext on the embedded test set ({sum(len(v) for v in testset.values())} pairs)"
     conn.execute("INSERT OR REPLACE INTO evals VALUES (?, ?, ?, ?, ?, ?)",
                  (bundle_hash, str(bundle), testset_key, p1, source,
-                  _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")))
+                  _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")))
     conn.commit()
     return p1, source
 
@@ -270,16 +271,16 @@ def plot_pareto(rows: Sequence[dict], p1: dict[str, tuple[float | None, str]], p
         sc = ax.scatter(xs, ys, s=[60 + 600 * z / smax for z in sizes], c=[z / 1e6 for z in sizes],
                         cmap="viridis", alpha=0.8, edgecolors="black")
         fig.colorbar(sc, ax=ax, label="model file, MB")
-        front = pareto_front(list(zip(xs, ys)))
+        front = pareto_front(list(zip(xs, ys, strict=True)))
         ax.plot([xs[i] for i in front], [ys[i] for i in front], color="crimson", linewidth=1, marker="*", markersize=12, label="Pareto front")
-        for (r, v), x in zip(pts, xs):
+        for (r, v), x in zip(pts, xs, strict=True):
             ax.annotate(f"{_series_label(r)}\n{_size(r['file_bytes'])}", (x, v), fontsize=7,
                         textcoords="offset points", xytext=(6, 4))
         ax.set_xlabel(f"p50 latency, ms ({t} thread{'s' if t > 1 else ''}, batch {b}, seq {s})")
         ax.set_ylabel("P@1, %")
         ax.legend(fontsize=8)
         ax2.scatter([z / 1e6 for z in sizes], ys, c=xs, cmap="magma_r", edgecolors="black")
-        for (r, v), z in zip(pts, sizes):
+        for (r, v), z in zip(pts, sizes, strict=True):
             ax2.annotate(_series_label(r), (z / 1e6, v), fontsize=7, textcoords="offset points", xytext=(6, 4))
         ax2.set_xlabel("model file, MB")
         ax2.set_ylabel("P@1, %")
@@ -320,7 +321,7 @@ def build_report(db_path: str | Path = DEFAULT_DB, out: str | Path = "runs/bench
     finally:
         conn.close()
     md = ["# Device benchmarks", "",
-          f"Database `{db_path}`, generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}.",
+          f"Database `{db_path}`, generated {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')}.",
           "Latency is per query (one batch of `batch` sentences of exactly `seq` tokens), measured one query "
           "after another after warm-up (MLPerf Mobile single-stream / TFLite benchmark_model conventions); "
           "p50/p90/p99 are nearest-rank percentiles; sentences/s = batch x queries / measured time; peak MB "

@@ -45,6 +45,7 @@ import os
 import platform
 import sys
 import time
+import contextlib
 
 RESULT_TAG = "TINYGLOT_BENCH_RESULT"
 ERROR_TAG = "TINYGLOT_BENCH_ERROR"
@@ -290,10 +291,8 @@ class TorchRuntime:
         import torch
 
         torch.set_num_threads(int(settings["threads"]))
-        try:
+        with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(1)
-        except RuntimeError:
-            pass
         from tinyglot.export.bundle import load_source
 
         self.torch = torch

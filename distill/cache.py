@@ -19,7 +19,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -39,7 +39,8 @@ import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -228,36 +229,36 @@ class QuantizationConfig:
 
     # ------------------------------------------------------------ presets (optimum's style)
     @classmethod
-    def none(cls) -> "QuantizationConfig":
+    def none(cls) -> QuantizationConfig:
         return cls(mode="none", name="none")
 
     @classmethod
-    def dynamic(cls, per_channel: bool = False, reduce_range: bool = False) -> "QuantizationConfig":
+    def dynamic(cls, per_channel: bool = False, reduce_range: bool = False) -> QuantizationConfig:
         """Dynamic int8 (signed weights, per tensor): the recipe measured in TOOLCHAIN.md."""
         return cls(mode="dynamic", per_channel=per_channel, reduce_range=reduce_range, weight_type="qint8",
                    name="dynamic")
 
     @classmethod
-    def avx2(cls, per_channel: bool = True, reduce_range: bool = False) -> "QuantizationConfig":
+    def avx2(cls, per_channel: bool = True, reduce_range: bool = False) -> QuantizationConfig:
         """x86 with AVX2: dynamic, unsigned weights (u8u8 kernels never saturate), per channel."""
         return cls(mode="dynamic", per_channel=per_channel, reduce_range=reduce_range, weight_type="quint8",
                    name="avx2")
 
     @classmethod
-    def avx512_vnni(cls, per_channel: bool = True) -> "QuantizationConfig":
+    def avx512_vnni(cls, per_channel: bool = True) -> QuantizationConfig:
         """x86 with AVX512-VNNI: dynamic, signed weights, per channel, full range."""
         return cls(mode="dynamic", per_channel=per_channel, reduce_range=False, weight_type="qint8",
                    name="avx512-vnni")
 
     @classmethod
-    def arm64(cls, per_channel: bool = True) -> "QuantizationConfig":
+    def arm64(cls, per_channel: bool = True) -> QuantizationConfig:
         """ARM64 (phones, Apple silicon, Graviton): dynamic, signed weights, per channel."""
         return cls(mode="dynamic", per_channel=per_channel, reduce_range=False, weight_type="qint8",
                    name="arm64")
 
     @classmethod
     def static(cls, calibration_sentences: Sequence[str] | None = None, per_channel: bool = True,
-               calibration_size: int = 256) -> "QuantizationConfig":
+               calibration_size: int = 256) -> QuantizationConfig:
         """Static int8 (QDQ): weights and activations, ranges calibrated on corpus sentences."""
         return cls(mode="static", per_channel=per_channel, weight_type="qint8", activation_type="qint8",
                    activation_symmetric=True,
@@ -265,11 +266,11 @@ class QuantizationConfig:
                    calibration_size=calibration_size, name="static")
 
     @classmethod
-    def fp16(cls) -> "QuantizationConfig":
+    def fp16(cls) -> QuantizationConfig:
         return cls(mode="fp16", name="fp16")
 
     @classmethod
-    def from_name(cls, name: str) -> "QuantizationConfig":
+    def from_name(cls, name: str) -> QuantizationConfig:
         """The CLI's ``--quantize`` values."""
         presets = {"none": cls.none, "dynamic": cls.dynamic, "avx2": cls.avx2, "avx512-vnni": cls.avx512_vnni,
                    "avx512_vnni": cls.avx512_vnni, "arm64": cls.arm64, "static": cls.static, "fp16": cls.fp16}

@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class Gates:
     max_invariance_diff: float = 1e-4
 
     @classmethod
-    def for_mode(cls, mode: str) -> "Gates":
+    def for_mode(cls, mode: str) -> Gates:
         """Defaults for a quantization mode: ``none`` (fp32) is strict; int8 and fp16 looser."""
         if mode in ("none", "fp32"):
             return cls()
@@ -291,7 +292,7 @@ def check_parity(
                                       float(np.abs(exp - ref).max()), math.nan, math.nan))
     ref_p1 = evaluate_bitext(reference, subset, batch_size=batch_size)
     exp_p1 = evaluate_bitext(exported, subset, batch_size=batch_size)
-    for row, r, e in zip(report.rows, ref_p1.rows, exp_p1.rows):
+    for row, r, e in zip(report.rows, ref_p1.rows, exp_p1.rows, strict=True):
         row.p1_reference = 100 * r.mean
         row.p1_exported = 100 * e.mean
     report.invariance_diff, report.invariance_sentences = _invariance(exported, all_sentences)
@@ -430,9 +431,9 @@ def check_standalone(
     got_ids = [list(map(int, row)) for row in answer["ids"]]
     emb = np.asarray(answer["embeddings"], dtype=np.float64)
     want_ids = [tokenizer.tokenize(s)[:max_len] for s in sentences]
-    equal = [g == w for g, w in zip(got_ids, want_ids)]
+    equal = [g == w for g, w in zip(got_ids, want_ids, strict=True)]
     mismatch = next((f"{s[:60]!r}: {g[:12]} vs {w[:12]}" for s, g, w, e in
-                     zip(sentences, got_ids, want_ids, equal) if not e), "")
+                     zip(sentences, got_ids, want_ids, equal, strict=True) if not e), "")
     filled = [i for i, w in enumerate(want_ids) if w]
     empty = [i for i, w in enumerate(want_ids) if not w]
     ref = np.asarray(reference.encode([sentences[i] for i in filled]), dtype=np.float64)
@@ -454,7 +455,7 @@ __all__ = ["HARD_SENTENCES", "Gates", "LangParity", "ParityReport", "StandaloneR
            "check_standalone", "run_standalone"]
 
 
-def parity_paragraph(report: "ParityReport | None") -> str:
+def parity_paragraph(report: ParityReport | None) -> str:
     """The "Parity with the PyTorch source" section of a string-in bundle's model card ("" without rows)."""
     if report is None or not report.rows:
         return ""

@@ -34,7 +34,8 @@ import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -216,7 +217,7 @@ def prune_tokenizer(tokenizer, sentences: Sequence[str], languages: Sequence[str
     # verification: the same pieces for every sentence the vocabulary was pruned on
     bad = 0
     example = None
-    for s, old in zip(sentences, ids_per_sentence):
+    for s, old in zip(sentences, ids_per_sentence, strict=True):
         new_ids = pruned.tokenize(s)
         if [tokenizer.piece(i) for i in old] != [pruned.piece(i) for i in new_ids]:
             bad += 1

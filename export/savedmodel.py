@@ -39,7 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -160,7 +161,7 @@ def _build(spec: dict) -> dict:
     sentences = spec.get("check_sentences") or []
     ids, mask = module.tokenize(tf.constant(sentences or ["a"]))
     ids, mask = ids.numpy(), mask.numpy()
-    graph_ids = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask)] if sentences else []
+    graph_ids = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)] if sentences else []
     return {"graph_ids": graph_ids, "save_seconds": saved_s, "tf_version": tf.__version__,
             "variables": int(sum(int(np.prod(v.shape)) for v in module.trainable_variables))}
 
@@ -270,7 +271,7 @@ def _tree_sizes(folder: Path) -> dict[str, int]:
 
 def _token_check(tokenizer, sentences: Sequence[str], graph_ids: Sequence[Sequence[int]], max_len: int) -> None:
     expected = tokenizer.encode_ids(list(sentences), max_len)
-    bad = [(s, e, g) for s, e, g in zip(sentences, expected, graph_ids) if list(e) != list(g)]
+    bad = [(s, e, g) for s, e, g in zip(sentences, expected, graph_ids, strict=True) if list(e) != list(g)]
     if bad or len(graph_ids) != len(expected):
         s, e, g = bad[0] if bad else ("", [], [])
         raise TinyglotError(

@@ -37,7 +37,8 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -220,7 +221,7 @@ def shorten_tensor_names(path: str | Path) -> dict:
     path = Path(path)
     before = path.stat().st_size
     model = fu.read_model_from_bytearray(bytearray(path.read_bytes()))
-    for g, sg in enumerate(model.subgraphs):
+    for _g, sg in enumerate(model.subgraphs):
         keep = set(sg.inputs or []) | set(sg.outputs or [])
         for i, tensor in enumerate(sg.tensors):
             if i not in keep:

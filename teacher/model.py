@@ -3,7 +3,7 @@ an XTR head and a contrastive head (ems.md Fig. 1)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -183,7 +183,7 @@ def test_sweep_measures_stores_and_rereads(swept, bundles):
     assert quants == {"none", "dynamic"}
     stored = read_measurements(db)
     assert [s["id"] for s in stored] == [r["id"] for r in run.rows]
-    for s, r in zip(stored, run.rows):
+    for s, r in zip(stored, run.rows, strict=True):
         for key in ("p50_ms", "p90_ms", "p99_ms", "throughput_sps", "peak_mb", "seq", "batch", "bundle_hash"):
             assert s[key] == r[key], key
         assert s["host"]["cpu_model"] and s["tinyglot_version"] and s["timestamp"]

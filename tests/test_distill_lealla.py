@@ -116,7 +116,7 @@ def test_distill_command_end_to_end(small_corpus, tiny_teacher_dir, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert [r["model"] for r in report["results"]] == ["student", "teacher", "tfidf"]
     assert report["student_dim"] == 32 and report["teacher_dim"] == 64
-    assert 0 < report["retention"]
+    assert report["retention"] > 0
     md = (out / "report.md").read_text()
     assert "| **average** |" in md and "Retention" in md
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))
@@ -204,7 +204,7 @@ def test_fd_head_least_squares_start(small_pairs, tiny_teacher_dir, tmp_path):
     with torch.no_grad():
         fitted_fd = [float(feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys)))
                      for xs, ys, xt, yt in batches]
-    assert all(f < r / 2 for f, r in zip(fitted_fd, random_fd))
+    assert all(f < r / 2 for f, r in zip(fitted_fd, random_fd, strict=True))
     with pytest.raises(TinyglotError, match="loss.fd_init"):
         get_preset("lealla-tiny", {"loss": {"fd_init": "zeros"}})
 
@@ -269,7 +269,7 @@ def test_fast_preset_english_targets_and_output_projection(small_pairs, tiny_tea
                             progress=False)
     english = {p.en for ps in trainer.data.pairs for p in ps}
     assert trainer.t_emb.shape == (len(english), teacher.dim)  # no row for any non-English side
-    assert all(x is e for x, e in zip(trainer.x_row, trainer.en_row))
+    assert all(x is e for x, e in zip(trainer.x_row, trainer.en_row, strict=True))
     result = trainer.train()
     model, _, cfg = load_student_model(result.student_dir)
     assert cfg["dim"] == 32 and cfg["student"]["hidden_size"] == 48 and len(model.encoder.encoder.layer) == 1

@@ -72,7 +72,7 @@ def test_graph_ids_equal_the_python_tokenizer(fp32_bundle, student_dir):
     texts = list(dict.fromkeys([*TRICKY, *HARD_SENTENCES, *SENTENCES]))
     emb, ids = enc.run_texts(texts)
     assert ids.shape[1] == max_len  # some sentences are longer than max_len: cut in the graph
-    for text, row in zip(texts, ids):
+    for text, row in zip(texts, ids, strict=True):
         # documented limit: onnxruntime string tensors end at a NUL character (U+0000)
         want = tok.tokenize(text.split("\0")[0])[:max_len]
         assert row[: len(want)].tolist() == want and not row[len(want):].any(), text

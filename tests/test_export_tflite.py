@@ -114,7 +114,7 @@ def test_bucket_selection_and_batch_chunking(fp32_bundle, student_dir):
     ref = _torch_encoder(student_dir)
     tok = enc.tokenizer
     short, long = "open the file", " ".join(["Wählen Sie Format - Zeichen, um die Schriftart zu ändern."] * 3)
-    assert len(tok.tokenize(short)) <= 16 and 32 < len(tok.tokenize(long))
+    assert len(tok.tokenize(short)) <= 16 and len(tok.tokenize(long)) > 32
     calls = _spy(enc)
     enc.encode([short])
     assert calls == ["b1_s16"]  # the smallest bucket that holds it

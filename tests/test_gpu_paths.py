@@ -157,8 +157,8 @@ def _same(a, b) -> None:
     assert a.langs == b.langs and a.fingerprint == b.fingerprint and a.truncated == b.truncated
     for li in range(len(a.langs)):
         assert len(a.x[li]) == len(b.x[li]) and a.pairs[li] == b.pairs[li]
-        assert all(np.array_equal(p, q) for p, q in zip(a.x[li], b.x[li]))
-        assert all(np.array_equal(p, q) for p, q in zip(a.en[li], b.en[li]))
+        assert all(np.array_equal(p, q) for p, q in zip(a.x[li], b.x[li], strict=True))
+        assert all(np.array_equal(p, q) for p, q in zip(a.en[li], b.en[li], strict=True))
         assert np.array_equal(a.en_key[li], b.en_key[li])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -114,7 +114,7 @@ def tokenize_pairs(
             ens.append(np.asarray(ei[:max_len], dtype=np.int32))
             digest = hashlib.blake2b(english_key(pair.en).encode("utf-8"), digest_size=8).digest()
             keys.append(int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF)
-            h.update(f"{lang}\t{pair.x}\t{pair.en}\n".encode("utf-8"))
+            h.update(f"{lang}\t{pair.x}\t{pair.en}\n".encode())
             kept.append(pair)
         if xs:
             out.pairs.append(kept)
@@ -178,7 +178,7 @@ class BatchPlan:
         counts = np.array([self.data.count(i) for i in range(len(self.probs))])
         idx = np.floor(rng.random(n) * counts[lang]).astype(np.int64)
         length = np.array(
-            [max(len(self.data.x[li][pi]), len(self.data.en[li][pi])) for li, pi in zip(lang, idx)]
+            [max(len(self.data.x[li][pi]), len(self.data.en[li][pi])) for li, pi in zip(lang, idx, strict=True)]
         )
         order = np.lexsort((rng.random(n), length))
         draws = np.stack([lang[order], idx[order]], axis=1)

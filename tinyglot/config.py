@@ -6,7 +6,8 @@ import dataclasses
 import tomllib
 from pathlib import Path
 from types import UnionType
-from typing import Any, Callable, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from collections.abc import Callable, Mapping
 
 from tinyglot.errors import TinyglotError
 

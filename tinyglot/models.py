@@ -14,7 +14,7 @@ import importlib
 import importlib.metadata
 import json
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

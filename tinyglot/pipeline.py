@@ -35,7 +35,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, get_args, get_origin, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
+from collections.abc import Callable, Mapping, Sequence
 
 from tinyglot.config import parse_sets, read_toml, replace, to_dict, validate_positive
 from tinyglot.errors import TinyglotError
@@ -159,7 +160,7 @@ class PipelineConfig:
         """The student preset's overrides with the ``max_steps`` budget applied."""
         return deep_merge(self.distill.overrides, {"train": {"max_steps": self.distill.max_steps}})
 
-    def validate(self) -> "PipelineConfig":
+    def validate(self) -> PipelineConfig:
         from tinyglot.distill.config import get_preset as student_preset
         from tinyglot.export.cli import QUANTIZE_BY_FORMAT
 
@@ -885,7 +886,7 @@ class RunDisplay:
             if enabled and nested else None
         self._task = None
 
-    def __enter__(self) -> "RunDisplay":
+    def __enter__(self) -> RunDisplay:
         if self._bar is not None:
             self._bar.start()
             self._task = self._bar.add_task("pipeline", total=self.total)

@@ -64,7 +64,7 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def collect(ctx: "RunContext") -> ReportData:
+def collect(ctx: RunContext) -> ReportData:
     from tinyglot.devices.bench import read_measurements
     from tinyglot.devices.report import latest_rows, reference_setting
     from tinyglot.evaluation import BitextResult
@@ -86,7 +86,7 @@ def collect(ctx: "RunContext") -> ReportData:
     teacher = {**_read_json(ctx.out / "teacher.json"), "spec": ctx.teacher_spec()}
     return ReportData(evals.get("testset", ""), columns, teacher,
                       _read_json(ctx.out / "distill" / "summary.json"), rows, reference,
-                      _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+                      _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
 
 def bench_key(target: str) -> str:
@@ -198,7 +198,7 @@ def parity_table(columns: list[Column]) -> str:
                   "P@1 bundle", "P@1 drop"], rows, right_from=2)
 
 
-def stages_table(ctx: "RunContext") -> str:
+def stages_table(ctx: RunContext) -> str:
     rows = []
     for name, marker in ctx.markers.items():
         ran = ctx.ran.get(name)
@@ -243,7 +243,7 @@ def command_line() -> str:
 
 
 # ------------------------------------------------------------------ figures
-def make_figures(ctx: "RunContext", data: ReportData) -> list[Path]:
+def make_figures(ctx: RunContext, data: ReportData) -> list[Path]:
     """The Pareto view (latency vs P@1, size) and latency vs sequence length, with devices/report.py."""
     from tinyglot.devices.report import plot_latency_vs_seq, plot_pareto
 
@@ -281,7 +281,7 @@ def against_teacher_bundle(data: ReportData, bundles: list[Column]) -> list[str]
 
 
 # ------------------------------------------------------------------ report.md
-def render_markdown(ctx: "RunContext", data: ReportData, figures: list[Path]) -> str:
+def render_markdown(ctx: RunContext, data: ReportData, figures: list[Path]) -> str:
     from tinyglot.devices.report import markdown_table
     from tinyglot.pipeline import to_toml
 
@@ -351,7 +351,7 @@ def _usage_without_tinyglot(col: Column) -> list[str]:
     return ["## Use without tinyglot (raw strings in)", "", text, ""] if text else []
 
 
-def model_card(ctx: "RunContext", data: ReportData, col: Column) -> str:
+def model_card(ctx: RunContext, data: ReportData, col: Column) -> str:
     """README.md of a student or bundle folder: languages, intended use, limits, numbers."""
     s = data.student
     langs = [lang for lang in (s.get("languages") or []) if lang != "en"]
@@ -410,7 +410,7 @@ def model_card(ctx: "RunContext", data: ReportData, col: Column) -> str:
 
 
 # ------------------------------------------------------------------ everything
-def write_report(ctx: "RunContext") -> list[Path]:
+def write_report(ctx: RunContext) -> list[Path]:
     """Write report.md (+ report.html, figures, model cards); return the files written."""
     data = collect(ctx)
     figures = make_figures(ctx, data)

@@ -25,11 +25,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from tinyglot.integrity import DigestCache, content_fingerprint
 from tinyglot.integrity import sha256_file as _sha256_file
 from tinyglot.io import atomic_write_json
+import contextlib
 
 
 def sha256_file(path: str | Path) -> str:
@@ -110,7 +112,7 @@ class Marker:
                 "outputs": self.outputs, "info": self.info}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Marker":
+    def from_dict(cls, data: dict[str, Any]) -> Marker:
         return cls(str(data["stage"]), str(data["input_hash"]), dict(data["outputs"]), float(data["seconds"]),
                    str(data["finished"]), dict(data.get("inputs") or {}), dict(data.get("info") or {}))
 
@@ -159,10 +161,8 @@ class StageStore:
         """Record that ``stage`` starts with ``input_hash``; True if an interrupted attempt had the same
         inputs (its partial work, e.g. ``last.pt``, may be resumed)."""
         same = False
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             same = json.loads(self.started_path(stage).read_text(encoding="utf-8")).get("input_hash") == input_hash
-        except (OSError, ValueError, AttributeError):
-            pass
         self.marker_path(stage).unlink(missing_ok=True)
         atomic_write_json(self.started_path(stage), {"stage": stage, "input_hash": input_hash, "started": now()})
         return same
@@ -176,7 +176,7 @@ class StageStore:
 
 
 def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 __all__ = ["Marker", "StageStore", "describe_files", "files_under", "hash_json", "outputs_intact", "sha256_file"]

@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class Tokenizer:
         max_sentences: int = 300_000,
         seed: int = 0,
         num_threads: int | None = None,
-    ) -> "Tokenizer":
+    ) -> Tokenizer:
         """Train a SentencePiece model on ``sentences`` (at most ``max_sentences`` are used).
 
         ``vocab_size`` counts the language tokens too.  On a corpus too small for the requested
@@ -148,7 +148,7 @@ class Tokenizer:
         return cls(model.getvalue())
 
     @classmethod
-    def load(cls, path: str | Path) -> "Tokenizer":
+    def load(cls, path: str | Path) -> Tokenizer:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.model"

@@ -15,7 +15,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -393,7 +394,7 @@ class Progress:
             )
 
     @contextlib.contextmanager
-    def run(self, start: int = 0) -> Iterator["Progress"]:
+    def run(self, start: int = 0) -> Iterator[Progress]:
         self._started = self._last = time.time()
         self._start_step = start
         if self._bar is None:

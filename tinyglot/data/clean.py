@@ -16,7 +16,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass, fields
-from typing import Iterable, Iterator, Mapping, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sized
 
 import numpy as np
 
@@ -280,7 +280,7 @@ def english_key(en: str) -> str:
 
 def _in_dev(en: str, dev_fraction: float, seed: int) -> bool:
     """Whether the English sentence ``en`` belongs to the dev side."""
-    digest = hashlib.blake2b(f"{seed}\0{english_key(en)}".encode("utf-8"), digest_size=8)
+    digest = hashlib.blake2b(f"{seed}\0{english_key(en)}".encode(), digest_size=8)
     return int.from_bytes(digest.digest(), "big") / 2.0**64 < dev_fraction
 
 

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -164,7 +164,7 @@ def build_embedded(
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
         for p in test:
-            gz.write(f"{p.lang}\t{p.en}\t{p.x}\n".encode("utf-8"))
+            gz.write(f"{p.lang}\t{p.en}\t{p.x}\n".encode())
     atomic_write_bytes(out / "test.tsv.gz", buf.getvalue())
     write_jsonl(out / "train.jsonl.gz", train)
     return {name: hashlib.sha256((out / name).read_bytes()).hexdigest()

@@ -26,7 +26,8 @@ import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO
+from collections.abc import Iterable, Iterator
 
 from tinyglot.data.pairs import Pair
 from tinyglot.errors import DataError, UnknownLanguageError
@@ -402,7 +403,7 @@ def _json_pair(line: str, path: Path, lineno: int) -> tuple[str, str, str, str, 
     if not all(isinstance(v, str) for v in values):
         raise DataError(path, "lang, x, en, src and license must be strings", _JSONL_FIX,
                         line=lineno)
-    for key, value in zip(("lang", "x", "en", "src", "license"), values):
+    for key, value in zip(("lang", "x", "en", "src", "license"), values, strict=True):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:

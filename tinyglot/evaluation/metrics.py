@@ -13,7 +13,7 @@ nearest sources of target ``y``.  The denominator is ``a[i] + b[j]`` with per-ro
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

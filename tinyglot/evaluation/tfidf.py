@@ -15,7 +15,7 @@ on training text, not on the test set being scored.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
