@@ -61,7 +61,7 @@ def _torch_bytes(encoder, folder: Path) -> int:
 def load_model(kind: str, spec: str, threads: int):
     """(encoder, size in bytes) of one model: a tinyglot bundle / folder, or a peer by name."""
     if kind == "peer":
-        from tinyglot.peers import load_peer
+        from tinyglot.encoders.peers import load_peer
 
         enc = load_peer(spec, threads)
         return enc, enc.size_bytes()
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--tflite", action="append", default=[], help="TFLite bundle folder (repeatable)")
     p.add_argument("--torch", action="append", default=[], help="student folder, PyTorch fp32 (repeatable)")
     p.add_argument("--teacher", action="append", default=[], help="EMS teacher run (repeatable)")
-    p.add_argument("--peers", default="use-m,e5-small,minilm", help="peers (tinyglot.peers), comma-separated")
+    p.add_argument("--peers", default="use-m,e5-small,minilm", help="peers (tinyglot.encoders.peers), comma-separated")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--pairs-per-lang", type=int, default=500, help="test pairs per language")
     p.add_argument("--test", action="append", default=[], metavar="NAME=PATH",

@@ -120,7 +120,7 @@ def tokenisation_label(runtime: str) -> str:
 
 def resolve_model(path: str | Path) -> BenchModel:
     """A bundle folder (onnx, tflite) -> runtime of its format; a student folder or teacher run -> torch;
-    ``peer:NAME`` (a peer of :mod:`tinyglot.peers`) -> its own Python API."""
+    ``peer:NAME`` (a peer of :mod:`tinyglot.encoders.peers`) -> its own Python API."""
     from tinyglot.models import read_model_config
 
     if str(path).startswith("peer:"):
@@ -154,7 +154,7 @@ def resolve_model(path: str | Path) -> BenchModel:
 def peer_model(name: str) -> BenchModel:
     """A peer as a benchmark target; its size is its installed package folder, its hash its identity."""
     from tinyglot.io import folder_bytes
-    from tinyglot.peers import PEERS, peer_files
+    from tinyglot.encoders.peers import PEERS, peer_files
 
     if name not in PEERS:
         raise TinyglotError(f"unknown peer {name!r}", f"choose one of: {', '.join(PEERS)}")

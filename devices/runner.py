@@ -389,7 +389,7 @@ class PeerRuntime:
     def __init__(self, settings: dict) -> None:
         import importlib.metadata
 
-        from tinyglot.peers import PEERS, load_peer
+        from tinyglot.encoders.peers import PEERS, load_peer
 
         name = str(settings["model"]).removeprefix("peer:")
         self.encoder = load_peer(name, threads=int(settings["threads"]))
@@ -533,7 +533,7 @@ def measure(settings: dict) -> dict:
 
 def _model_bytes(path: str) -> int:
     if path.startswith("peer:"):
-        from tinyglot.peers import peer_files
+        from tinyglot.encoders.peers import peer_files
 
         files = peer_files(path.removeprefix("peer:"))
         return _model_bytes(str(files)) if files else 0

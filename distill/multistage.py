@@ -740,7 +740,7 @@ def evaluate_models(trainer: MultiStageTrainer, teacher, testset, name: str, cac
     """P@1 on the test set of the student (last stage done), each stage's output, the assistant
     before and after stage 1, the teacher and TF-IDF; the torch models run on the training device."""
     device = str(trainer.device)
-    from tinyglot.cli import load_encoder_arg
+    from tinyglot.encoders import tfidf_baseline
 
     sentences = testset_sentences(testset)
     rows = teacher_embeddings(teacher, sentences, cache_dir, identity=trainer.teacher_identity, progress=progress)
@@ -752,7 +752,7 @@ def evaluate_models(trainer: MultiStageTrainer, teacher, testset, name: str, cac
     students = [s for s in done if s >= 2]
     models += [("student" if s == students[-1] else f"student-stage{s}", load_multistage(trainer.output(s), device))
                for s in students]
-    models.append(("tfidf", load_encoder_arg("tfidf")))
+    models.append(("tfidf", tfidf_baseline()))
     return [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in models]
 
 
@@ -795,7 +795,7 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
 
     from .ms_config import get_preset
     from .run import ensure_default_teacher, resolve_spec, tinyglot_home
-    from .teachers import load_teacher_encoder
+    from tinyglot.encoders import load_encoder as load_teacher_encoder
 
     started = time.time()
     preset = get_preset(student, overrides)

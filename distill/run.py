@@ -97,10 +97,10 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
                out: str | Path | None = None, progress: bool = True, cache_dir: str | Path | None = None,
                test_data: str | Path | None = None, steps: int = 2000, say=print) -> dict:
     """LEALLA section 3.2 reference: a dense layer to ``dim`` on the frozen teacher, evaluated."""
-    from tinyglot.cli import load_encoder_arg
+    from tinyglot.encoders import load_encoder as load_teacher_encoder
+    from tinyglot.encoders import tfidf_baseline
 
     from .dimred import load_dimred, train_dimred
-    from .teachers import load_teacher_encoder
 
     started = time.time()
     teacher_spec = resolve_spec(teacher) if teacher else str(ensure_default_teacher(say, progress))
@@ -112,7 +112,7 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
     testset = load_testset(test_data)
     name = str(test_data or "embedded test set")
     results = [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in
-               (("student", load_dimred(folder)), ("teacher", teacher_enc), ("tfidf", load_encoder_arg("tfidf")))]
+               (("student", load_dimred(folder)), ("teacher", teacher_enc), ("tfidf", tfidf_baseline()))]
     info = {"preset": f"dimred-{dim}", "teacher": teacher_spec, "student_dim": dim,
             "teacher_dim": teacher_enc.dim, "student_parameters": {"dense": teacher_enc.dim * dim + dim},
             "student_bytes": (folder / "dense.pt").stat().st_size, "trained_steps": steps,
@@ -127,8 +127,9 @@ def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out
     model), teacher embeddings cached in ``cache_dir`` (default ``$TINYGLOT_HOME/teacher-cache``)."""
     from tinyglot.training import training_device
 
+    from tinyglot.encoders import load_encoder as load_teacher_encoder
+
     from .lealla import LealLATrainer
-    from .teachers import load_teacher_encoder
 
     # the teacher pass runs on the training device (under torchrun: this process's GPU)
     teacher = load_teacher_encoder(teacher_spec, device=str(training_device(preset.train)))
@@ -159,11 +160,11 @@ def run_distill(student: str = "lealla-small", teacher: str | None = None, data:
 
     testset = load_testset(test_data)
     name = str(test_data or "embedded test set")
-    from tinyglot.cli import load_encoder_arg
+    from tinyglot.encoders import tfidf_baseline
 
     results = [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in
                (("student", load_student(result.student_dir, device=str(trainer.device))), ("teacher", teacher_enc),
-                ("tfidf", load_encoder_arg("tfidf")))]
+                ("tfidf", tfidf_baseline()))]
     cfg = read_model_config(result.student_dir)
     info = {"preset": student, "teacher": teacher_spec, "student_dim": cfg["dim"],
             "teacher_dim": trainer.teacher_dim, "student_parameters": cfg["parameters"],

@@ -20,10 +20,7 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
-
-import numpy as np
-
+from tinyglot.encoder import encode_token_batches  # the one token-id batcher, re-exported for the formats
 from tinyglot.errors import TinyglotError
 from tinyglot.integrity import check_sha256, file_digests
 from tinyglot.io import atomic_write_json
@@ -150,24 +147,6 @@ def write_bundle_config(out: str | Path, cfg: dict) -> Path:
     return path
 
 
-def encode_token_batches(encoder, sentences: Sequence[str], batch_size: int) -> np.ndarray:
-    """``Encoder.encode`` for runtimes fed token ids: ``encoder`` has ``tokenizer``, ``max_len``
-    and ``run_batch(ids, mask)``; batches are length-sorted, rows come back in input order."""
-    from tinyglot.encoder import encode_by_length
-
-    if isinstance(sentences, str):
-        raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
-    ids = encoder.tokenizer.encode_ids(list(sentences), encoder.max_len)
-    if not ids:
-        raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-
-    def run(rows: np.ndarray) -> np.ndarray:
-        batch = encoder.tokenizer.pad([ids[i] for i in rows], encoder.max_len)
-        return encoder.run_batch(batch.ids, batch.mask)
-
-    return encode_by_length([len(x) for x in ids], batch_size, run)
-
-
 def check_bundle_out(model_path: Path, out: Path) -> None:
     """The bundle folder must differ from the source and must not hold another tinyglot model."""
     if out.resolve() == model_path.resolve():
@@ -243,6 +222,6 @@ def human_size(n: int) -> str:
 
 
 __all__ = [
-    "BUNDLE_KIND", "CONFIG", "PARITY", "TOKENIZER", "bundle_config", "file_sizes", "human_size",
+    "BUNDLE_KIND", "CONFIG", "PARITY", "TOKENIZER", "bundle_config", "encode_token_batches", "file_sizes", "human_size",
     "load_source", "read_bundle", "source_sha", "source_size", "source_weight_files", "write_bundle_config",
 ]

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.ortx import ortx_library_path, preload_ortx
 
 from .bundle import (
     PARITY,
@@ -73,53 +73,6 @@ CONTRIB_DOMAIN = "ai.onnx.contrib"
 MAX_P1_DROP = 0.3  # issue 14: a string-in bundle may cost at most 0.3 P@1 points
 
 log = logging.getLogger(__name__)
-
-
-def ortx_library_path() -> str:
-    """The onnxruntime-extensions ops library (``onnxruntime_extensions.get_library_path()``), found
-    without importing the package: its ``__init__`` imports torch and transformers when installed."""
-    import importlib.machinery
-    import importlib.util
-
-    spec = importlib.util.find_spec("onnxruntime_extensions")
-    folder = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
-    found = [str(folder / f"_extensions_pydll{suffix}") for suffix in importlib.machinery.EXTENSION_SUFFIXES
-             if folder is not None and (folder / f"_extensions_pydll{suffix}").is_file()]
-    if not found:
-        raise TinyglotError("onnx-text bundles need onnxruntime-extensions (its ops library was not found)",
-                            "pip install 'tinyglot[export]' (or: pip install onnxruntime-extensions)")
-    return found[0]
-
-
-_ORTX_LOADED: list = []  # the SessionOptions that loaded the ops library, kept for the life of the process
-
-
-def _tensorflow_loaded() -> bool:
-    return any(m == "tensorflow" or m.startswith("tensorflow.") for m in list(sys.modules))
-
-
-def preload_ortx() -> bool:
-    """Load onnxruntime-extensions' ops library into this process now; True if it is loaded.
-
-    It must come before TensorFlow (which MediaPipe and SavedModel bundles import): registered
-    after ``import tensorflow``, onnxruntime crashes the process (SIGSEGV, measured with
-    tensorflow 2.21, mediapipe 1.2.2, onnxruntime 1.32, onnxruntime-extensions 0.15.2); loaded
-    before, both work.  ``tflite_mediapipe`` and ``savedmodel`` call this before importing them.
-    """
-    if _ORTX_LOADED:
-        return True
-    if _tensorflow_loaded():
-        return False
-    try:
-        import onnxruntime as ort
-
-        path = ortx_library_path()
-    except (ImportError, TinyglotError):
-        return False
-    so = ort.SessionOptions()
-    so.register_custom_ops_library(path)
-    _ORTX_LOADED.append(so)
-    return True
 
 
 def _require_ortx():

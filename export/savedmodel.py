@@ -60,7 +60,7 @@ IDS_SIGNATURE = "encode_ids"
 
 
 def _require_tf(build: bool = False):
-    from .onnx_text import preload_ortx
+    from tinyglot.ortx import preload_ortx
 
     preload_ortx()  # before TensorFlow: onnxruntime-extensions crashes when loaded after it
     missing = []

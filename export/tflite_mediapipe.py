@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 
 
 def _require_mediapipe():
-    from .onnx_text import preload_ortx
+    from tinyglot.ortx import preload_ortx
 
     preload_ortx()  # before MediaPipe imports TensorFlow: onnx-text bundles then still open here
     try:

@@ -38,7 +38,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from tinyglot.cli import make_console
 
-    from tinyglot.cli import load_encoder_arg
+    from tinyglot.encoders import tfidf_baseline
     from tinyglot.data.embedded import load_testset
     from tinyglot.evaluation import compare, evaluate_bitext
     from tinyglot.io import atomic_write_json
@@ -51,7 +51,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     results = [
         evaluate_bitext(teacher, testset, margin=args.margin, model_name=f"teacher ({args.which})",
                         testset_name=name),
-        evaluate_bitext(load_encoder_arg("tfidf"), testset, margin=args.margin, model_name="tfidf",
+        evaluate_bitext(tfidf_baseline(), testset, margin=args.margin, model_name="tfidf",
                         testset_name=name),
     ]
     console = make_console()

@@ -13,7 +13,7 @@ os.environ.setdefault("USE_TF", "0")
 # onnxruntime-extensions crashes the process when loaded after TensorFlow (MediaPipe imports it, also
 # at collection: importorskip); every format's tests share this process, so load it first.
 try:
-    from tinyglot.export.onnx_text import preload_ortx
+    from tinyglot.ortx import preload_ortx
 
     preload_ortx()
 except ImportError:  # pragma: no cover

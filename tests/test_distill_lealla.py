@@ -14,7 +14,7 @@ import tinyglot
 from tinyglot.distill.config import get_preset
 from tinyglot.distill.lealla import LealLATrainer
 from tinyglot.distill.student import load_student_model
-from tinyglot.distill.teachers import load_teacher_encoder
+from tinyglot.encoders import load_encoder as load_teacher_encoder
 from tinyglot.errors import CheckpointError, TinyglotError
 
 TINY = {"train": {"max_steps": 40, "eval_every": 20, "save_every": 20, "dev_fraction": 0.1,

@@ -23,7 +23,7 @@ from tinyglot.distill.ms_config import MSStudentConfig, get_preset
 from tinyglot.distill.multistage import (MultiStageTrainer, build_student, hard_label_loss, init_unit_from_assistant,
                                          load_assistant, load_ms_model, masked_mse, mcl_loss, pair_mse, parse_stages,
                                          soft_ce_loss, unit_layers, weights_sha)
-from tinyglot.distill.teachers import load_teacher_encoder
+from tinyglot.encoders import load_encoder as load_teacher_encoder
 from tinyglot.errors import TinyglotError
 
 TEACHER_DIM, ASSISTANT_DIM = 64, 32  # the tiny EMS teacher and the (smaller) tiny EMS assistant

@@ -108,7 +108,7 @@ def test_signatures_strings_and_ids(bundle, student_dir):
 def test_tfhub_teacher_opens_tinyglots_own_savedmodel(bundle, student_dir):
     """The TF Hub teacher adapter registers tensorflow-text's SentencePiece op before loading, so a
     SavedModel with the tokenizer in its graph (tinyglot's, LaBSE's, USE-m's) can teach."""
-    from tinyglot.distill.teachers import load_teacher_encoder
+    from tinyglot.encoders import load_encoder as load_teacher_encoder
 
     teacher = load_teacher_encoder(f"tfhub:{bundle.out}")
     emb = teacher.encode(SENTENCES)
@@ -116,7 +116,7 @@ def test_tfhub_teacher_opens_tinyglots_own_savedmodel(bundle, student_dir):
 
 
 def test_a_savedmodel_with_an_unregistered_op_is_a_clear_error(tmp_path):
-    from tinyglot.distill.teachers import _load_saved_model
+    from tinyglot.encoders.tfhub import load_saved_model as _load_saved_model
 
     def load(path):
         raise RuntimeError("Op type not registered 'SentencepieceOp' in binary running on host")

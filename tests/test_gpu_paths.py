@@ -127,7 +127,7 @@ def test_gradient_checkpointing_follows_the_setting(small_pairs, tiny_teacher_di
     from tinyglot.distill.lealla import LealLATrainer
     from tinyglot.distill.run import teacher_tokenizer
     from tinyglot.distill.student import Student
-    from tinyglot.distill.teachers import load_teacher_encoder
+    from tinyglot.encoders import load_encoder as load_teacher_encoder
 
     teacher = load_teacher_encoder(str(tiny_teacher_dir))
     seen = {}

@@ -29,7 +29,7 @@ class _Payload:
 def _all_entry_points(folder: Path, capsys) -> list[str]:
     """Open ``folder`` through tinyglot.load, `tinyglot eval --model` and the teacher loader; the
     error messages (each must be a TinyglotError / exit status 2)."""
-    from tinyglot.distill.teachers import load_teacher_encoder
+    from tinyglot.encoders import load_encoder
 
     messages = []
     with pytest.raises(TinyglotError) as exc:
@@ -38,7 +38,7 @@ def _all_entry_points(folder: Path, capsys) -> list[str]:
     assert main(["eval", "--model", str(folder)]) == 2
     messages.append(capsys.readouterr().err)
     with pytest.raises(TinyglotError) as exc:
-        load_teacher_encoder(str(folder))
+        load_encoder(str(folder))
     messages.append(str(exc.value))
     return messages
 

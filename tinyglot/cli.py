@@ -48,34 +48,10 @@ def config_overrides(args: argparse.Namespace) -> dict:
     return merged
 
 
-SPEC_PREFIXES = ("peer", "pypi", "python", "tfhub", "st", "hf", "tinyglot")
-
-
 def add_header_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
                    help="TSV files start with a row of column names (--no-header: they do not; "
                         "default: detect rows such as en<TAB>de or source<TAB>target)")
-
-
-def load_encoder_arg(spec: str, device: str = "cpu"):
-    """``tfidf`` (the baseline, IDF fitted on the embedded corpus), a tinyglot model folder, a peer by
-    name (``e5-small``, ``use-m``) or any teacher spec (``pypi:``, ``python:``, ``tfhub:``, ...)."""
-    from tinyglot.peers import PEERS
-
-    prefix, colon, _ = spec.partition(":")
-    if (spec in PEERS or (colon and prefix.lower() in SPEC_PREFIXES)) and not Path(spec).exists():
-        from tinyglot.distill.teachers import load_teacher_encoder
-
-        return load_teacher_encoder(spec, device)
-    if spec == "tfidf":
-        from tinyglot.data.embedded import load_pairs
-        from tinyglot.evaluation.tfidf import TfidfEncoder
-
-        corpus = load_pairs(None)
-        return TfidfEncoder().fit([p.x for p in corpus] + [p.en for p in corpus])
-    from tinyglot.models import load_encoder
-
-    return load_encoder(spec, device=device)
 
 
 def print_and_save_result(result, json_path: Path | None) -> None:
@@ -166,9 +142,10 @@ def cmd_data_build_embedded(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ eval
 def cmd_eval(args: argparse.Namespace) -> int:
     from tinyglot.data.embedded import load_testset
+    from tinyglot.encoders import load_encoder
     from tinyglot.evaluation import evaluate_bitext
 
-    encoder = load_encoder_arg(args.model, args.device)
+    encoder = load_encoder(args.model, args.device)
     if args.task == "sts":
         from tinyglot.evaluation.tasks import evaluate_sts
         from tinyglot.io import atomic_write_json

@@ -439,7 +439,7 @@ def language_list(value: str | None) -> list[str] | None:
     for the languages it covers; empty = None (every language)."""
     if not value or not value.strip():
         return None
-    from tinyglot.peers import PEERS
+    from tinyglot.encoders.peers import PEERS
 
     name = value.strip()
     if name in PEERS:

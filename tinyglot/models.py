@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tinyglot.encoder import Encoder, encode_by_length
+from tinyglot.encoder import Encoder, encode_token_batches
 from tinyglot.errors import TinyglotError
 
 
@@ -63,20 +63,18 @@ class TorchEncoder:
         """The torch module whose bound ``embed`` method this encoder calls (None for a plain function)."""
         return getattr(self._embed, "__self__", None)
 
+    def run_batch(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """L2-normalised embeddings of one padded batch of token ids."""
+        import torch
+
+        emb = self._embed(torch.from_numpy(ids).to(self.device), torch.from_numpy(mask).to(self.device))
+        return torch.nn.functional.normalize(emb.float(), dim=-1).cpu().numpy()
+
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         import torch
 
-        if isinstance(sentences, str):
-            raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
-        ids = self.tokenizer.encode_ids(list(sentences), self.max_len)
-
-        def run(rows: np.ndarray) -> np.ndarray:
-            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
-            emb = self._embed(torch.from_numpy(batch.ids).to(self.device), torch.from_numpy(batch.mask).to(self.device))
-            return torch.nn.functional.normalize(emb.float(), dim=-1).cpu().numpy()
-
         with torch.inference_mode():
-            return encode_by_length([len(x) for x in ids], batch_size, run)
+            return encode_token_batches(self, sentences, batch_size)
 
 
 # The loaders tinyglot writes into config.json, and the module attribute each one names.  Nothing

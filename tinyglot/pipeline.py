@@ -113,7 +113,7 @@ class ExportSection:
 
 @dataclass
 class EvalSection:
-    """``peers``: peers of :mod:`tinyglot.peers` (``use-m``, ``e5-small``, ``minilm``) evaluated beside the
+    """``peers``: peers of :mod:`tinyglot.encoders.peers` (``use-m``, ``e5-small``, ``minilm``) evaluated beside the
     run's models, on the same test set (each with ``threads`` threads)."""
 
     batch_size: int = 64
@@ -193,7 +193,7 @@ class PipelineConfig:
             raise TinyglotError("export.formats lists a bundle twice", "list each format-quantization once")
         validate_positive(self.export, ("threads", "parity_sentences"), "export")
         validate_positive(self.eval, ("batch_size", "threads"), "eval")
-        from tinyglot.peers import PEERS, peer_files
+        from tinyglot.encoders.peers import PEERS, peer_files
 
         unknown = sorted(set(self.eval.peers) - set(PEERS))
         if unknown:
@@ -573,7 +573,7 @@ def teacher_files(path: Path | None) -> list[Path]:
 
 def describe_peer(spec: str) -> dict[str, Any] | None:
     """Kind, dimension and bytes of a peer teacher (``e5-small``, ``peer:use-m``); None for other specs."""
-    from tinyglot.peers import PEERS, peer_files
+    from tinyglot.encoders.peers import PEERS, peer_files
 
     name = spec.removeprefix("peer:")
     if name not in PEERS or Path(spec).exists():
@@ -739,9 +739,9 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
         return TfidfEncoder().fit([p.x for p in pairs] + [p.en for p in pairs])
 
     def teacher():
-        from tinyglot.distill.teachers import load_teacher_encoder
+        from tinyglot.encoders import load_encoder
 
-        return load_teacher_encoder(ctx.teacher_spec(), device=ctx.cfg.eval.device)
+        return load_encoder(ctx.teacher_spec(), device=ctx.cfg.eval.device)
 
     student = ctx.student_dir
     models = [EvalModel("TF-IDF", "tfidf", "", hash_json(train_data_inputs(ctx.cfg)), tfidf),
@@ -757,7 +757,7 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
         models.append(EvalModel(name, "teacher-bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
                                 lambda p=path: tinyglot.load(p)))
     for name in ctx.cfg.eval.peers:
-        from tinyglot.peers import PEERS, load_peer
+        from tinyglot.encoders.peers import PEERS, load_peer
 
         models.append(EvalModel(f"peer {name}", "peer", PEERS[name].package, name,
                                 lambda n=name: load_peer(n, threads=ctx.cfg.eval.threads)))

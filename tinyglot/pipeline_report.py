@@ -141,7 +141,7 @@ def model_bytes(col: Column, data: ReportData) -> int | None:
         return sum((Path(col.path) / f).stat().st_size for f in files if (Path(col.path) / f).is_file()) or None
     if col.kind == "peer":
         from tinyglot.io import folder_bytes
-        from tinyglot.peers import peer_files
+        from tinyglot.encoders.peers import peer_files
 
         files = peer_files(col.name.removeprefix("peer "))
         return folder_bytes(files) if files is not None else None
@@ -166,7 +166,7 @@ def tfidf_dim() -> int:
 def models_table(data: ReportData) -> str:
     rows = []
     for c in data.columns:
-        from tinyglot.peers import PEERS
+        from tinyglot.encoders.peers import PEERS
 
         peer = PEERS.get(c.name.removeprefix("peer ")) if c.kind == "peer" else None
         dim = {"teacher": data.teacher.get("dim"), "student": data.student.get("dim"),

@@ -1,4 +1,5 @@
-"""Teacher adapters on real local models: a tinyglot run, SavedModels, transformers folders, a wheel."""
+"""The encoder package on real local models: a tinyglot run, SavedModels, transformers and
+sentence-transformers folders, a wheel, your own code; one spec resolver for eval and distill."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from tinyglot.distill.teachers import (CallableEncoder, SentenceTransformersEncoder, TFHubEncoder,
-                                       TinyglotModelEncoder, TransformersEncoder, load_teacher_encoder)
+from tinyglot.encoders import (CallableEncoder, SentenceTransformersEncoder, TFHubEncoder, TinyglotModelEncoder,
+                               TransformersEncoder)
+from tinyglot.encoders import load_encoder as load_teacher_encoder
 from tinyglot.errors import TinyglotError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -356,12 +358,12 @@ def test_python_adapter_validates_outputs(py_teacher):
 def test_unknown_specs_are_clear_errors(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model")
     cases = {
-        "nonsense:thing": "unknown teacher spec prefix 'nonsense:'",
+        "nonsense:thing": "unknown encoder spec prefix 'nonsense:'",
         str(tmp_path / "missing"): "no such file or folder",
         "sentence-transformers/LaBSE": "hub id",
         str(tmp_path): "not a model folder",
         str(tmp_path / "notes.txt"): "is a file",
-        "": "empty teacher spec",
+        "": "empty encoder spec",
         "pypi:no-such-distribution-for-tinyglot": "pip install no-such-distribution-for-tinyglot",
         f"tfhub:{tmp_path}": "no saved_model.pb",
         f"tfhub:{tmp_path}?bogus=1": "unknown tfhub option",

