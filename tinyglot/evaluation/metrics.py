@@ -1,4 +1,4 @@
-"""Evaluation metrics of METHOD.md section 4: bitext P@1, margin mining (BUCC), Spearman.
+"""Evaluation metrics: bitext P@1, margin mining (BUCC), Spearman.
 
 All functions take L2-normalised float32 embeddings (rows), so cosine is the inner product.
 Margin scoring follows Artetxe & Schwenk (2019), ratio margin::
@@ -261,10 +261,14 @@ def _checked_gold(gold: Iterable[tuple[int, int]], n_src: int, n_tgt: int) -> se
 
 
 def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
-    """Spearman's rank correlation: Pearson correlation of average ranks (ties share a rank).
+    """Spearman's rank correlation (``scipy.stats.spearmanr``: ties share their average rank).
 
     Returns NaN when either side is constant (the correlation is undefined).
     """
+    import warnings
+
+    from scipy.stats import spearmanr
+
     x = np.asarray(a, dtype=np.float64).reshape(-1)
     y = np.asarray(b, dtype=np.float64).reshape(-1)
     if len(x) != len(y):
@@ -273,18 +277,6 @@ def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
         raise TinyglotError(f"spearman needs at least 2 values, got {len(x)}")
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise TinyglotError("spearman inputs contain NaN or infinite values")
-    rx, ry = average_ranks(x) - (len(x) + 1) / 2, average_ranks(y) - (len(y) + 1) / 2
-    den = np.sqrt((rx * rx).sum() * (ry * ry).sum())
-    return float((rx * ry).sum() / den) if den > 0 else float("nan")
-
-
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``x``; tied values all get the mean of the ranks they span."""
-    order = np.argsort(x, kind="stable")
-    xs = x[order]
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-    ends = np.r_[starts[1:], len(x)]  # exclusive
-    run_rank = (starts + ends + 1) / 2  # mean of ranks starts+1 .. ends
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.repeat(run_rank, ends - starts)
-    return ranks
+    with warnings.catch_warnings():  # constant input: scipy warns and returns NaN, which we document
+        warnings.simplefilter("ignore")
+        return float(spearmanr(x, y).statistic)
