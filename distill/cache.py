@@ -176,7 +176,7 @@ def teacher_embeddings(
     else:
         dim = _check_rows(np.asarray(teacher.encode(list(sentences[:1]), batch_size=1)), 1, None, name).shape[1]
     # Sort by length so each teacher batch has similar lengths; rows go back to their place at the end.
-    order = missing[np.argsort([len(sentences[i]) for i in missing], kind="stable")]
+    order = missing[np.argsort([len(sentences[int(i)]) for i in missing], kind="stable")]
     starts = range(0, len(order), chunk)
     _start_chunks(parts, order, chunk)
     done = {i for i, start in enumerate(starts)

@@ -43,7 +43,7 @@ def load_teacher(path: str | Path, which: str = "best", device: str = "cpu") -> 
     model, tokenizer, cfg = load_model(path, which)
     dev = select_device(device)
     model.to(dev)
-    return TorchEncoder(tokenizer, model.embed, cfg.get("max_len"), dev, name=f"ems-teacher ({Path(path).name})")
+    return TorchEncoder(tokenizer, model.embed, cfg.get("max_len", 0), dev, name=f"ems-teacher ({Path(path).name})")
 
 
 __all__ = ["load_model", "load_teacher"]

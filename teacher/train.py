@@ -144,7 +144,7 @@ class TeacherTrainer:
         if self.ctx.is_main:
             self.write_config()
         maybe_compile(model.encoder, tc.compile)
-        net = model
+        net: torch.nn.Module = model
         if self.ctx.enabled:
             net = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.ctx.local_rank] if self.device.type == "cuda" else None)

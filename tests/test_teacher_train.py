@@ -137,8 +137,11 @@ def test_data_parallel_two_processes_match_one_process(small_corpus, tokenizer, 
     subprocess.run(ddp, check=True, env=env, timeout=300)
     # step 1 starts from the same seeded weights: the gradient (norm before clipping) must agree,
     # which catches a wrong loss scale (DDP averaging) or negatives not gathered across processes.
-    g1 = [r["grad_norm"] for r in map(json.loads, (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()) if "grad_norm" in r]
-    g2 = [r["grad_norm"] for r in map(json.loads, (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()) if "grad_norm" in r]
+    def grad_norms(run: str) -> list[float]:
+        rows = map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+        return [r["grad_norm"] for r in rows if "grad_norm" in r]
+
+    g1, g2 = grad_norms("one"), grad_norms("two")
     assert len(g1) == len(g2) == 8
     assert g1[:2] == pytest.approx(g2[:2], rel=1e-4)
     # later steps drift apart slightly: Adam's first updates are ~lr * sign(g), so reduction-order
@@ -168,4 +171,5 @@ def test_progress_prints_plain_lines_when_not_a_terminal(capsys, monkeypatch):
         with bar.run():
             bar.update(4)
     assert capsys.readouterr().out == ""
-    assert format_duration(59.6) == "1:00" and format_duration(3725) == "1:02:05" and format_duration(float("nan")) == "?"
+    assert format_duration(59.6) == "1:00" and format_duration(3725) == "1:02:05"
+    assert format_duration(float("nan")) == "?"

@@ -13,7 +13,8 @@ from tinyglot.evaluation.tfidf import TfidfEncoder
 # Real German/English pairs from the LibreOffice help test set (MPL-2.0).
 DE_EN = [
     ("foldername: Der Pfad, mit dem name kombiniert wird. Der angegebene Pfad muss kein vorhandener Ordner sein.",
-     "foldername: The path with which name will be combined. The specified path does not need to be an existing folder."),
+     "foldername: The path with which name will be combined. "
+     "The specified path does not need to be an existing folder."),
     ("Verteilen von XML-Filtern als Package", "Distributing An XML Filter As Package"),
     ("Suchen und ersetzen in Writer", "Finding and Replacing in Writer"),
     ("Wählen Sie Format – Achse – X-Achse… / Sekundäre X-Achse… / Z-Achse… / Alle Achsen… (Diagramme)",

@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from collections.abc import Callable
 
 import torch
@@ -62,8 +62,9 @@ class TrainSettings:
 
     TOKEN_CACHE = ("auto", "on", "off")
 
-    POSITIVE = ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm", "lang_temperature",
-                "dev_pairs_per_lang", "log_every", "eval_every", "save_every")
+    POSITIVE: ClassVar[tuple[str, ...]] = ("batch_size", "grad_accum", "lr", "max_steps", "clip_norm",
+                                          "lang_temperature", "dev_pairs_per_lang", "log_every", "eval_every",
+                                          "save_every")
 
     def validate(self) -> None:
         validate_positive(self, self.POSITIVE, "train")

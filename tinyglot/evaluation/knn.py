@@ -47,7 +47,7 @@ def faiss_available() -> bool:
 
 def _import_faiss() -> Any | None:
     try:
-        import faiss  # type: ignore[import-not-found]
+        import faiss
     except ImportError:
         return None
     return faiss
