@@ -82,10 +82,16 @@ def test_knn_faiss_matches_numpy() -> None:
     )
 
 
-@pytest.mark.skipif(faiss_available(), reason="faiss is installed")
-def test_knn_requiring_missing_faiss_raises() -> None:
-    with pytest.raises(TinyglotError, match="faiss"):
+def test_without_faiss_knn_falls_back_to_numpy_or_says_what_to_install(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "faiss", None)  # faiss hidden: `import faiss` raises ImportError
+    assert not faiss_available()
+    with pytest.raises(TinyglotError, match=r"tinyglot\[faiss\]"):
         knn(np.eye(2), np.eye(2), 1, use_faiss=True)
+    rng = np.random.default_rng(3)
+    q, keys = l2_normalize(rng.normal(size=(9, 4))), l2_normalize(rng.normal(size=(12, 4)))
+    np.testing.assert_array_equal(knn(q, keys, 3)[1], brute_force_topk(q, keys, 3)[1])  # use_faiss=None: numpy
 
 
 def test_knn_validates_shapes_and_k() -> None:
@@ -266,8 +272,26 @@ TESTSET = {
 }
 
 
-def test_letter_bag_encoder_is_an_encoder() -> None:
-    assert isinstance(LetterBagEncoder(), Encoder)
+def test_our_encoders_answer_the_encoder_protocol(student_dir, monkeypatch) -> None:
+    """A tiny tinyglot model, the TF-IDF baseline and two adapters: each is an ``Encoder`` and keeps
+    its contract (float32 rows of unit norm, one per sentence, in input order)."""
+    from pathlib import Path
+
+    import tinyglot
+    from tinyglot.encoders import load_encoder
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent / "fixtures"))
+    sentences = ["hallo welt", "guten morgen", "hallo", "ein langer satz mit vielen worten"]
+    encoders = {"student": tinyglot.load(student_dir), "tfidf": load_encoder("tfidf"),
+                "tinyglot adapter": load_encoder(str(student_dir)),
+                "python adapter": load_encoder("python:py_teacher:char_bag")}
+    for name, enc in encoders.items():
+        assert isinstance(enc, Encoder), name
+        emb = enc.encode(sentences, batch_size=3)
+        assert emb.dtype == np.float32 and emb.shape[0] == len(sentences), name
+        np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(enc.encode(sentences[::-1], batch_size=2), emb[::-1], atol=1e-5, err_msg=name)
+    assert not isinstance(object(), Encoder)
 
 
 def test_evaluate_bitext_by_hand() -> None:
