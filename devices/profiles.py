@@ -270,5 +270,5 @@ def preferred_int8_preset(flags: Iterable[str] | dict[str, bool], machine: str |
     return "avx2"
 
 
-__all__ = ["DeviceProfile", "ISA_FLAGS", "KINDS", "PROFILE_DIR", "RUNTIMES", "describe_cpu", "detect_host", "list_profiles",
-           "load_profile", "parse_ssh_url", "preferred_int8_preset"]
+__all__ = ["DeviceProfile", "ISA_FLAGS", "KINDS", "PROFILE_DIR", "RUNTIMES", "describe_cpu", "detect_host",
+           "list_profiles", "load_profile", "parse_ssh_url", "preferred_int8_preset"]
