@@ -49,7 +49,9 @@ def insert_measurement(conn: sqlite3.Connection, row: dict) -> int:
     cur = conn.execute(f"INSERT INTO measurements ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                        values)
     conn.commit()
-    return int(cur.lastrowid)
+    if cur.lastrowid is None:  # pragma: no cover - sqlite sets it after every INSERT
+        raise TinyglotError("the measurement was not stored")
+    return cur.lastrowid
 
 
 def read_measurements(db_path: str | Path, device: str | None = None) -> list[dict]:

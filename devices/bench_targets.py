@@ -110,7 +110,7 @@ class SshTarget:
         return proc
 
     def scp(self, files: Sequence[Path], remote_dir: str, timeout: float = 600) -> None:
-        proc = None
+        errors = []
         # OpenSSH >= 9 copies over SFTP; boards without an sftp server (dropbear) need -O (legacy protocol)
         for legacy in ([], ["-O"]):
             cmd = ["scp", "-q", *legacy, "-P", str(self.profile.port), *self._ssh_base(), *map(str, files),
@@ -118,7 +118,8 @@ class SshTarget:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             if proc.returncode == 0:
                 return
-        raise TinyglotError(f"scp to {self.profile.host}:{remote_dir} failed: {proc.stderr.strip()}")
+            errors.append(proc.stderr.strip())
+        raise TinyglotError(f"scp to {self.profile.host}:{remote_dir} failed: {errors[-1]}")
 
     @property
     def workdir(self) -> str:
@@ -282,7 +283,8 @@ def tflite_signature(model: BenchModel, batch: int, seq: int) -> tuple[str | Non
         if signatures:
             raise missing
         return None, {}
-    tcfg = model.config.get("tflite") if isinstance(model.config.get("tflite"), dict) else {}
+    tflite = model.config.get("tflite")
+    tcfg: dict = tflite if isinstance(tflite, dict) else {}
     sigs = tcfg.get("signatures") or model.config.get("signatures")
     if isinstance(sigs, dict):
         sigs = [{"name": k, **(v if isinstance(v, dict) else {})} for k, v in sigs.items()]

@@ -225,6 +225,7 @@ def detect_host(cpuinfo_text: str | None = None) -> dict[str, Any]:
             pass
     if cpu["cpu_model"] == machine and platform.processor():
         cpu["cpu_model"] = platform.processor()
+    affinity: int | None
     try:
         affinity = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -59,11 +59,12 @@ def _fmt(v: Any, digits: int = 2) -> str:
 def _size(n: int | None) -> str:
     if not n:
         return "–"
+    size = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return str(n)  # pragma: no cover
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1000
+    return str(size)  # pragma: no cover
 
 
 # ------------------------------------------------------------------ P@1
@@ -259,8 +260,8 @@ def plot_pareto(rows: Sequence[dict], p1: dict[str, tuple[float | None, str]], p
     plt = _plt()
     t, b, s = reference_setting(rows)
     sub = [r for r in rows if (r["threads"], r["batch"], r["seq"]) == (t, b, s) and r["p50_ms"] is not None]
-    pts = [(r, p1.get(r["bundle_hash"], (None, ""))[0]) for r in sub]
-    pts = [(r, v) for r, v in pts if v is not None]
+    known = [(r, p1.get(r["bundle_hash"], (None, ""))[0]) for r in sub]
+    pts: list[tuple[dict, float]] = [(r, v) for r, v in known if v is not None]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     if not pts:
         for a in (ax, ax2):
