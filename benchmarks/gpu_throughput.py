@@ -147,8 +147,8 @@ def bench_student(name: str, batch: int, args, device: torch.device) -> Result:
         x, xm = random_batch(rng, batch, sc.vocab_size, args.min_len, min(args.max_len, sc.max_len), device)
         y, ym = random_batch(rng, batch, sc.vocab_size, args.min_len, min(args.max_len, sc.max_len), device)
         # the memory-driven rule of train.checkpointing=auto (CUDA) or the CPU token rule
-        model.set_checkpointing(use_checkpointing(tc.checkpointing if args.checkpointing is None else args.checkpointing,
-                                                  device.type, x.numel() + y.numel(), tc.checkpoint_above_tokens))
+        mode = tc.checkpointing if args.checkpointing is None else args.checkpointing
+        model.set_checkpointing(use_checkpointing(mode, device.type, x.numel() + y.numel(), tc.checkpoint_above_tokens))
         xt = torch.nn.functional.normalize(torch.randn(batch, args.teacher_dim, device=device), dim=-1)
         yt = torch.nn.functional.normalize(torch.randn(batch, args.teacher_dim, device=device), dim=-1)
         opt.zero_grad(set_to_none=True)

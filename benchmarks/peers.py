@@ -153,8 +153,8 @@ def p1_fields(enc, testsets: dict[str, dict], batch: int, spec: str, first) -> d
         by_test[name] = {"p1": 100 * res.primary_metric,
                          "per_lang": {row.lang: round(100 * row.mean, 1) for row in res.rows}}
     assert result is not None
-    return {"p1": 100 * result.primary_metric, "p1_per_lang": {row.lang: round(100 * row.mean, 1) for row in result.rows},
-            "p1_by_test": by_test}
+    per_lang = {row.lang: round(100 * row.mean, 1) for row in result.rows}
+    return {"p1": 100 * result.primary_metric, "p1_per_lang": per_lang, "p1_by_test": by_test}
 
 
 def known_peer_p1(path: Path | None, args: argparse.Namespace) -> dict[str, dict]:

@@ -225,6 +225,7 @@ def detect_host(cpuinfo_text: str | None = None) -> dict[str, Any]:
             pass
     if cpu["cpu_model"] == machine and platform.processor():
         cpu["cpu_model"] = platform.processor()
+    affinity: int | None
     try:
         affinity = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -270,5 +271,5 @@ def preferred_int8_preset(flags: Iterable[str] | dict[str, bool], machine: str |
     return "avx2"
 
 
-__all__ = ["DeviceProfile", "ISA_FLAGS", "KINDS", "PROFILE_DIR", "RUNTIMES", "describe_cpu", "detect_host", "list_profiles",
-           "load_profile", "parse_ssh_url", "preferred_int8_preset"]
+__all__ = ["DeviceProfile", "ISA_FLAGS", "KINDS", "PROFILE_DIR", "RUNTIMES", "describe_cpu", "detect_host",
+           "list_profiles", "load_profile", "parse_ssh_url", "preferred_int8_preset"]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from tinyglot.errors import TinyglotError
 
-from .bench import DEFAULT_DB, connect, read_measurements
+from .bench_store import DEFAULT_DB, connect, read_measurements
 
 EMBEDDED_TESTSET = "embedded"
 KEY = ("device", "bundle_hash", "runtime", "threads", "batch", "seq")
@@ -59,11 +59,12 @@ def _fmt(v: Any, digits: int = 2) -> str:
 def _size(n: int | None) -> str:
     if not n:
         return "–"
+    size = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return str(n)  # pragma: no cover
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1000
+    return str(size)  # pragma: no cover
 
 
 # ------------------------------------------------------------------ P@1
@@ -145,12 +146,13 @@ TABLE_HEADER = ("runtime", "bundle", "quantization", "tokenisation", "threads", 
 def markdown_table(rows: Sequence[dict]) -> str:
     lines = ["| " + " | ".join(TABLE_HEADER) + " |",
              "|" + "|".join("---" if i < 4 else "---:" for i in range(len(TABLE_HEADER))) + "|"]
-    from .bench import tokenisation_label
+    from .bench_inputs import tokenisation_label
 
     for r in rows:
         lines.append("| " + " | ".join([
             r["runtime"], r["bundle_name"] or Path(r["bundle"]).name, r["quantization"] or "",
-            tokenisation_label(r["runtime"]), str(r["threads"]), str(r["batch"]), str(r["seq"]), _fmt(r["p50_ms"], 3), _fmt(r["p90_ms"], 3),
+            tokenisation_label(r["runtime"]), str(r["threads"]), str(r["batch"]), str(r["seq"]),
+            _fmt(r["p50_ms"], 3), _fmt(r["p90_ms"], 3),
             _fmt(r["p99_ms"], 3), _fmt(r["throughput_sps"], 1), _fmt(r["peak_mb"], 1), _fmt(r["load_ms"], 1),
             _size(r["file_bytes"])]) + " |")
     return "\n".join(lines)
@@ -258,8 +260,8 @@ def plot_pareto(rows: Sequence[dict], p1: dict[str, tuple[float | None, str]], p
     plt = _plt()
     t, b, s = reference_setting(rows)
     sub = [r for r in rows if (r["threads"], r["batch"], r["seq"]) == (t, b, s) and r["p50_ms"] is not None]
-    pts = [(r, p1.get(r["bundle_hash"], (None, ""))[0]) for r in sub]
-    pts = [(r, v) for r, v in pts if v is not None]
+    known = [(r, p1.get(r["bundle_hash"], (None, ""))[0]) for r in sub]
+    pts: list[tuple[dict, float]] = [(r, v) for r, v in known if v is not None]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     if not pts:
         for a in (ax, ax2):
@@ -272,7 +274,8 @@ def plot_pareto(rows: Sequence[dict], p1: dict[str, tuple[float | None, str]], p
                         cmap="viridis", alpha=0.8, edgecolors="black")
         fig.colorbar(sc, ax=ax, label="model file, MB")
         front = pareto_front(list(zip(xs, ys, strict=True)))
-        ax.plot([xs[i] for i in front], [ys[i] for i in front], color="crimson", linewidth=1, marker="*", markersize=12, label="Pareto front")
+        ax.plot([xs[i] for i in front], [ys[i] for i in front], color="crimson", linewidth=1, marker="*",
+                markersize=12, label="Pareto front")
         for (r, v), x in zip(pts, xs, strict=True):
             ax.annotate(f"{_series_label(r)}\n{_size(r['file_bytes'])}", (x, v), fontsize=7,
                         textcoords="offset points", xytext=(6, 4))
@@ -341,7 +344,8 @@ def build_report(db_path: str | Path = DEFAULT_DB, out: str | Path = "runs/bench
             t, b, s = reference_setting(drows)
             md += [f"![size vs P@1 vs latency]({par.name})", "",
                    f"Pareto view at {t} thread(s), batch {b}, seq {s}:", "",
-                   "| runtime | bundle | quantization | P@1 % | p50 ms | size | P@1 from |", "|---|---|---|---:|---:|---:|---|"]
+                   "| runtime | bundle | quantization | P@1 % | p50 ms | size | P@1 from |",
+                   "|---|---|---|---:|---:|---:|---|"]
             for r in drows:
                 if (r["threads"], r["batch"], r["seq"]) == (t, b, s):
                     v, src = report.p1.get(r["bundle_hash"], (None, ""))

@@ -1,0 +1,137 @@
+"""BatchPlan: deterministic, resumable, length-bucketed batches with temperature language sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tinyglot.batching import BatchPlan, TokenizedPairs, pad_arrays, tokenize_pairs
+from tinyglot.data.clean import group_by_lang, sampling_probs
+from tinyglot.errors import TinyglotError
+from tinyglot.tokenizer import PAD_ID
+
+COUNTS = {"de": 300, "fr": 30}
+
+
+def _pairs(counts: dict[str, int] = COUNTS, seed: int = 0, shared_english: bool = False) -> TokenizedPairs:
+    """Token arrays of random lengths 1..40; English keys unique unless ``shared_english`` (then the
+    i-th pair of every language has the same English side)."""
+    rng = np.random.default_rng(seed)
+    langs = sorted(counts)
+    data = TokenizedPairs(langs=langs, x=[], en=[], en_key=[])
+    for li, lang in enumerate(langs):
+        n = counts[lang]
+        data.x.append([rng.integers(10, 99, rng.integers(1, 41)).astype(np.int32) for _ in range(n)])
+        data.en.append([rng.integers(10, 99, rng.integers(1, 41)).astype(np.int32) for _ in range(n)])
+        keys = np.arange(n) if shared_english else np.arange(n) + 1000 * (li + 1)
+        data.en_key.append(keys.astype(np.int64))
+    return data
+
+
+def _length(data: TokenizedPairs, row: np.ndarray) -> int:
+    li, pi = row
+    return max(len(data.x[li][pi]), len(data.en[li][pi]))
+
+
+def test_batches_are_a_pure_function_of_seed_and_step():
+    data = _pairs()
+    steps = [0, 1, 49, 50, 51, 123, 7]
+    first = BatchPlan(data, 16, 2.0, seed=3)
+    want = {s: first.batch(s) for s in steps}
+    resumed = BatchPlan(data, 16, 2.0, seed=3)  # a resumed run asks for later steps first
+    for s in reversed(steps):
+        assert np.array_equal(resumed.batch(s), want[s]), s
+    other = BatchPlan(data, 16, 2.0, seed=4)
+    assert not all(np.array_equal(other.batch(s), want[s]) for s in steps)
+    assert not np.array_equal(want[0], want[1])
+
+
+def test_rows_index_real_pairs_and_fill_the_batch():
+    for counts in (COUNTS, {"de": 3000, "fr": 3000}):
+        data = _pairs(counts)
+        plan = BatchPlan(data, 16, 2.0, seed=0)
+        sizes = []
+        for step in range(120):
+            rows = plan.batch(step)
+            assert rows.ndim == 2 and rows.shape[1] == 2 and len(rows) <= 16 and rows.dtype.kind == "i"
+            assert len({(int(li), int(pi)) for li, pi in rows}) == len(rows)  # a pair drawn twice is kept once
+            for li, pi in rows:
+                assert 0 <= li < len(data.langs) and 0 <= pi < data.count(li)
+            sizes.append(len(rows))
+    assert np.mean(sizes) > 15  # large corpus: repeated draws are rare
+
+
+def test_each_chunk_is_sorted_by_length_into_batches():
+    """The batches of one chunk cut one length-sorted draw: their length ranges do not overlap."""
+    data = _pairs()
+    plan = BatchPlan(data, 8, 2.0, seed=1, chunk=20)
+    for chunk in range(3):
+        ranges = sorted((min(lengths), max(lengths)) for lengths in
+                        ([_length(data, r) for r in plan.batch(chunk * 20 + i)] for i in range(20)))
+        for (_, hi), (lo, _) in zip(ranges, ranges[1:], strict=False):
+            assert hi <= lo, ranges
+        assert ranges[-1][1] - ranges[0][0] > 10  # the chunk itself spans short and long pairs
+    # padding within a batch is small next to a random batch of the same pairs
+    spread = np.mean([np.ptp([_length(data, r) for r in plan.batch(s)]) for s in range(60)])
+    assert spread < 8
+
+
+def test_language_sampling_follows_temperature():
+    counts = {"de": 30000, "fr": 3000}  # large enough that few repeated draws are dropped
+    data = _pairs(counts)
+    plan = BatchPlan(data, 16, 2.0, seed=0)
+    rows = np.concatenate([plan.batch(s) for s in range(200)])
+    share = float(np.mean(rows[:, 0] == data.langs.index("fr")))
+    want = sampling_probs(counts, 2.0)["fr"]  # sqrt(3000) / (sqrt(3000) + sqrt(30000)) = 0.240
+    assert want == pytest.approx(0.240, abs=0.001)
+    assert share == pytest.approx(want, abs=0.03)
+    flat = BatchPlan(data, 16, 1.0, seed=0)  # T=1: proportional to size, 3000/33000
+    rows = np.concatenate([flat.batch(s) for s in range(200)])
+    assert float(np.mean(rows[:, 0] == 1)) == pytest.approx(3000 / 33000, abs=0.02)
+
+
+def test_repeated_english_is_dropped_and_world_trims():
+    data = _pairs({"de": 20, "fr": 20}, shared_english=True)  # pair i of de and fr: same English
+    plan = BatchPlan(data, 16, 1.0, seed=0)
+    shrunk = 0
+    for step in range(50):
+        rows = plan.batch(step)
+        keys = [int(data.en_key[li][pi]) for li, pi in rows]
+        assert len(keys) == len(set(keys))
+        shrunk += len(rows) < 16
+        for world in (2, 3):
+            part = plan.batch(step, world=world)
+            assert len(part) % world == 0 and len(rows) - len(part) < world
+            assert np.array_equal(part, rows[: len(part)])
+    assert shrunk > 25  # 40 pairs, 20 English sentences: most batches of 16 draws repeat one
+
+
+def test_batch_size_below_two_is_refused():
+    with pytest.raises(TinyglotError, match="at least 2"):
+        BatchPlan(_pairs(), 1, 2.0, seed=0)
+
+
+def test_tensors_keep_row_order_and_pad(tokenizer):
+    data = _pairs()
+    plan = BatchPlan(data, 16, 2.0, seed=0)
+    rows = plan.batch(5)[::-1]  # any order the caller passes is the order it gets back
+    lang_ids = [7, 9]
+    xb, eb, x_lang = plan.tensors(rows, tokenizer, lang_ids, 48)
+    assert x_lang.tolist() == [lang_ids[li] for li, _ in rows]
+    for side, batch in ((data.x, xb), (data.en, eb)):
+        assert batch.ids.shape[1] == max(len(side[li][pi]) for li, pi in rows)
+        for i, (li, pi) in enumerate(rows):
+            seq = side[li][pi]
+            assert batch.ids[i, : len(seq)].tolist() == seq.tolist()
+            assert (batch.ids[i, len(seq):] == PAD_ID).all()
+            assert batch.mask[i].sum() == len(seq) and batch.mask[i, : len(seq)].all()
+
+
+def test_pad_arrays_matches_the_tokenizer(tokenizer, small_pairs):
+    data = tokenize_pairs(group_by_lang(small_pairs[:200]), tokenizer, max_len=24)
+    seqs = data.x[0][:9]
+    mine = pad_arrays(seqs, 24)
+    theirs = tokenizer.pad([s.tolist() for s in seqs], 24)
+    assert np.array_equal(mine.ids, theirs.ids) and np.array_equal(mine.mask, theirs.mask)
+    assert mine.ids.dtype == np.int64 and mine.mask.dtype == np.int64
+    assert data.truncated > 0 and max(len(s) for lang in data.x for s in lang) == 24

@@ -1,0 +1,186 @@
+"""TrainLoop: step counting, accumulation, logging and evaluation cadence, checkpoints, exact resume."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from tinyglot.errors import CheckpointError, TinyglotError
+from tinyglot.evaluation.bitext import BitextResult, LangResult
+from tinyglot.trainloop import TrainLoop, TrainSettings
+from tinyglot.training import load_checkpoint
+
+CPU = torch.device("cpu")
+META = {"kind": "unit-test", "config": {"width": 8}}
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = torch.nn.Linear(4, 8)
+        self.LayerNorm = torch.nn.LayerNorm(8)
+        self.out = torch.nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.LayerNorm(torch.tanh(self.dense(x))))
+
+
+class Recorder:
+    """A ``micro_loss`` whose batch is a pure function of its index (as every recipe's is)."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.indices: list[int] = []
+        self.losses: list[float] = []
+        self.fail_at = fail_at
+
+    def __call__(self, net: torch.nn.Module, index: int) -> dict:
+        if self.fail_at is not None and index == self.fail_at:
+            self.fail_at = None
+            raise torch.OutOfMemoryError("fake: out of memory")
+        gen = torch.Generator().manual_seed(index)
+        x = torch.randn(6, 4, generator=gen)
+        loss = torch.nn.functional.mse_loss(net(x), x.sum(dim=1, keepdim=True))
+        self.indices.append(index)
+        self.losses.append(float(loss.detach()))
+        return {"loss": loss, "parts": {"loss": float(loss.detach())}, "pairs": 6}
+
+
+def _settings(**kw) -> TrainSettings:
+    base = {"max_steps": 7, "grad_accum": 2, "lr": 1e-2, "warmup_steps": 2, "log_every": 2, "eval_every": 3,
+            "save_every": 3, "amp": False}
+    return TrainSettings(**{**base, **kw})
+
+
+def _loop(out, cfg: TrainSettings, seed: int = 0, meta: dict = META) -> TrainLoop:
+    torch.manual_seed(seed)
+    return TrainLoop(out, Net(), cfg, CPU, meta, "unit", progress=False)
+
+
+def _evaluator(scores: list[float]):
+    calls: list[int] = []
+
+    def evaluate() -> BitextResult:
+        p1 = scores[len(calls)]
+        calls.append(1)
+        return BitextResult("net", "dev", False, [LangResult("de", 10, p1, p1)])
+
+    return evaluate, calls
+
+
+def _records(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_steps_accumulation_logging_and_checkpoint_cadence(tmp_path):
+    cfg = _settings()
+    loop = _loop(tmp_path, cfg)
+    micro = Recorder()
+    evaluate, calls = _evaluator([0.2, 0.5, 0.4])
+    saved: list[int | None] = []
+
+    def on_step(step: int) -> None:
+        last = tmp_path / "last.pt"
+        saved.append(load_checkpoint(last)["step"] if last.exists() else None)
+
+    result = loop.run(micro, evaluate, on_step=on_step)
+    assert result.steps == loop.step == 7
+    assert micro.indices == list(range(14))  # step s runs micro-batches 2s and 2s+1
+    assert saved == [None, None, 3, 3, 3, 6, 7]  # every save_every steps and at the end
+    assert len(calls) == 3  # steps 3, 6 and the last
+    records = _records(tmp_path)
+    train = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train] == [2, 4, 6, 7]
+    for r in train:  # the logged loss is the mean over the step's micro-batches
+        s = r["step"] - 1
+        assert r["loss"] == pytest.approx((micro.losses[2 * s] + micro.losses[2 * s + 1]) / 2, rel=1e-6)
+        assert math.isfinite(r["grad_norm"]) and r["pairs_per_s"] > 0
+    assert train[0]["lr"] > train[1]["lr"] > 0 and train[-1]["lr"] == 0  # linear decay to 0 at max_steps
+    dev = [r for r in records if "dev_p1" in r]
+    assert [(r["step"], r["dev_p1"]) for r in dev] == [(3, 0.2), (6, 0.5), (7, 0.4)]
+    assert result.best_dev_p1 == 0.5 and result.last_loss == train[-1]["loss"]
+    best = load_checkpoint(tmp_path / "best.pt", expect=META)
+    assert best["step"] == 6 and best["dev_p1"] == 0.5
+    last = load_checkpoint(tmp_path / "last.pt", expect=META)
+    assert last["step"] == 7 and last["best"] == 0.5
+    assert all(torch.equal(last["model"][k], v) for k, v in loop.model.state_dict().items())
+
+
+def test_resume_continues_exactly(tmp_path):
+    cfg = _settings(max_steps=6, log_every=1, eval_every=100)
+    whole = _loop(tmp_path / "whole", cfg)
+    whole.run(Recorder(), lambda: None)
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_5(step: int) -> None:
+        if step == 5:
+            raise Killed
+
+    first = _loop(tmp_path / "cut", cfg)
+    with pytest.raises(Killed):
+        first.run(Recorder(), lambda: None, on_step=kill_at_5)  # last.pt holds step 3
+    assert [r["step"] for r in _records(tmp_path / "cut")] == [1, 2, 3, 4, 5]
+
+    again = _loop(tmp_path / "cut", cfg, seed=123)  # other initial weights: resume must replace them
+    again.resume()
+    assert again.step == 3
+    assert [r["step"] for r in _records(tmp_path / "cut")] == [1, 2, 3]  # records past the checkpoint dropped
+    micro = Recorder()
+    again.run(micro, lambda: None)
+    assert micro.indices == list(range(6, 12))
+    assert [r["step"] for r in _records(tmp_path / "cut")] == [1, 2, 3, 4, 5, 6]
+    for (name, a), b in zip(whole.model.state_dict().items(), again.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert again.scheduler.get_last_lr() == whole.scheduler.get_last_lr()
+
+
+def test_resume_refuses_another_runs_checkpoint(tmp_path):
+    cfg = _settings(max_steps=3)
+    _loop(tmp_path, cfg).run(Recorder(), lambda: None)
+    other = _loop(tmp_path, cfg, meta={**META, "config": {"width": 16}})
+    with pytest.raises(CheckpointError, match="config differs"):
+        other.resume()
+
+
+def test_no_weight_decay_on_biases_and_layer_norms(tmp_path):
+    loop = _loop(tmp_path, _settings(weight_decay=0.1))
+    decay, plain = loop.optimizer.param_groups
+    names = {id(p): n for n, p in loop.model.named_parameters()}
+    assert decay["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert sorted(names[id(p)] for p in decay["params"]) == ["dense.weight", "out.weight"]
+    assert sorted(names[id(p)] for p in plain["params"]) == ["LayerNorm.bias", "LayerNorm.weight", "dense.bias",
+                                                             "out.bias"]
+
+
+def test_non_finite_loss_stops_with_the_step(tmp_path):
+    def nan_at_step_3(net, index):
+        loss = net(torch.ones(2, 4)).sum() * (math.nan if index >= 4 else 1.0)
+        return {"loss": loss, "parts": {"loss": float(loss.detach())}, "pairs": 2}
+
+    loop = _loop(tmp_path, _settings(max_steps=5))
+    with pytest.raises(TinyglotError, match="loss became nan at step 3"):
+        loop.run(nan_at_step_3, lambda: None)
+    assert loop.step == 2
+
+
+def test_out_of_memory_step_is_retried_once_when_the_handler_acts(tmp_path):
+    handled: list[int] = []
+
+    def handler() -> bool:
+        handled.append(1)
+        return True
+
+    micro = Recorder(fail_at=3)  # the second micro-batch of the second step
+    loop = _loop(tmp_path, _settings(max_steps=3))
+    assert loop.run(micro, lambda: None, on_out_of_memory=handler).steps == 3
+    assert handled == [1]
+    assert micro.indices == [0, 1, 2, 2, 3, 4, 5]  # step 2 ran again from its first micro-batch
+
+    loop = _loop(tmp_path / "b", _settings(max_steps=3))
+    with pytest.raises(torch.OutOfMemoryError):
+        loop.run(Recorder(fail_at=1), lambda: None, on_out_of_memory=lambda: False)
+    assert loop.step == 0
