@@ -283,7 +283,8 @@ class TfliteRuntime:
 
 
 class TorchRuntime:
-    """The PyTorch fp32 reference: a student folder or an EMS teacher run (imports tinyglot)."""
+    """The PyTorch fp32 reference: any model folder of :mod:`tinyglot.registry` (a student of any kind or an
+    EMS teacher run; imports tinyglot)."""
 
     name = "torch"
 
@@ -293,7 +294,7 @@ class TorchRuntime:
         torch.set_num_threads(int(settings["threads"]))
         with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(1)
-        from tinyglot.export.bundle import load_source
+        from tinyglot.registry import load_source
 
         self.torch = torch
         self.version = torch.__version__
@@ -443,8 +444,8 @@ def measure(settings: dict) -> dict:
         sys.path.insert(0, settings["tinyglot_path"])
     if settings["runtime"] == "torch":  # libraries imported before the baseline: load_ms is the model alone
         import torch  # noqa: F401
-        from transformers import BertModel  # noqa: F401
-        import tinyglot.export.bundle  # noqa: F401
+        from transformers import AlbertModel, BertModel  # noqa: F401
+        import tinyglot.registry  # noqa: F401
     elif settings["runtime"] in ("onnx", "onnx-text"):
         import onnxruntime  # noqa: F401
     elif settings["runtime"] == "mediapipe":

@@ -55,7 +55,7 @@ class DistillResult:
     best_dev_p1: float | None
 
 
-class LealLATrainer:
+class LeallaTrainer:
     """A LEALLA run in ``out_dir``: ``last.pt``/``best.pt``/``metrics.jsonl`` while training,
     ``student/`` (a loadable student folder) at the end.
 

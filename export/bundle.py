@@ -16,10 +16,8 @@ Pooling and normalisation live inside the model file: the runtime only tokenises
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Any
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,86 +26,12 @@ from tinyglot.errors import TinyglotError
 from tinyglot.integrity import check_sha256, file_digests
 from tinyglot.io import atomic_write_json
 from tinyglot.models import config_files, folder_file, read_model_config
+from tinyglot.registry import BUNDLE_KIND, load_source, source_kinds, source_sha, source_size, source_weight_files
 
-BUNDLE_KIND = "bundle"
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.model"
 PARITY = "parity.json"
-STUDENT_KIND = "lealla-student"
-TEACHER_KIND = "ems-teacher"
-MULTISTAGE_KINDS = ("multistage-student", "multistage-assistant")  # a transformers folder in model/, like students
-SOURCE_KINDS = (STUDENT_KIND, TEACHER_KIND, *MULTISTAGE_KINDS)
-
-
-def load_source(path: str | Path) -> tuple[Any, Any, dict]:
-    """``(module with .embed(ids, mask), tokenizer, config)`` of a student folder or an EMS teacher run.
-
-    Dispatches on ``config.json["kind"]``; the distill and teacher stages are imported only when
-    needed.  The module is in eval mode on the CPU.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise TinyglotError(f"model not found: {path}", "pass a student folder (tinyglot distill) or a teacher run")
-    cfg = read_model_config(path)
-    kind = cfg.get("kind")
-    if kind == STUDENT_KIND:
-        from tinyglot.distill.student import load_student_model
-
-        model, tokenizer, cfg = load_student_model(path)
-    elif kind == TEACHER_KIND:
-        from tinyglot.teacher.encoder import load_model
-
-        model, tokenizer, cfg = load_model(path)
-    elif kind in MULTISTAGE_KINDS:
-        from tinyglot.distill.multistage import load_ms_model
-
-        model, tokenizer, cfg = load_ms_model(path)
-    elif kind == BUNDLE_KIND:
-        raise TinyglotError(f"{path} is already an exported bundle ({cfg.get('format')})",
-                            f"export from its source model instead: {cfg.get('source', 'the student folder')}")
-    else:
-        raise TinyglotError(
-            f"{path} is not a model tinyglot can export (kind={kind!r})",
-            f"pass a student folder written by `tinyglot distill` ({STUDENT_KIND}, {MULTISTAGE_KINDS[0]}) "
-            f"or a teacher run of `tinyglot teacher train` ({TEACHER_KIND})",
-        )
-    if not hasattr(model, "embed"):
-        raise TinyglotError(f"the model of {path} has no embed(ids, mask) method")
-    model.eval()
-    return model, tokenizer, cfg
-
-
-def source_weight_files(path: str | Path, cfg: dict) -> list[Path]:
-    """The files whose bytes define the source model's weights (for sizes and ``source_sha``)."""
-    path = Path(path)
-    if cfg.get("kind") in (STUDENT_KIND, *MULTISTAGE_KINDS):
-        files = sorted(p for p in (path / "model").iterdir() if p.is_file())
-        files += [path / name for name in cfg.get("extra_weights", ())]
-    elif cfg.get("kind") == TEACHER_KIND:
-        best = path / "best.pt"
-        files = [best if best.exists() else path / "last.pt"]
-    else:
-        files = []
-    return [f for f in files if f.is_file()]
-
-
-def source_sha(path: str | Path, cfg: dict) -> str:
-    """sha256 over the source's config.json, tokenizer and weight files (names and bytes)."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    tok = folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")
-    for f in [path / CONFIG, tok, *source_weight_files(path, cfg)]:
-        if f.is_file():
-            digest.update(f.relative_to(path).as_posix().encode() + b"\0")
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-    return digest.hexdigest()
-
-
-def source_size(path: str | Path, cfg: dict) -> int:
-    """Bytes of the source's weight files (a teacher checkpoint also holds the optimizer state)."""
-    return sum(f.stat().st_size for f in source_weight_files(path, cfg))
+SOURCE_KINDS = source_kinds()  # the kinds registered when this module was imported (see tinyglot.registry)
 
 
 def bundle_config(
@@ -215,7 +139,8 @@ def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
         raise TinyglotError(f"{path}/config.json lists no model files", "re-run `tinyglot export` into a fresh folder")
     for file in [*files, folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")]:
         if not file.is_file():
-            raise TinyglotError(f"{path} lacks {file.relative_to(path)}", "re-run `tinyglot export` into a fresh folder")
+            raise TinyglotError(f"{path} lacks {file.relative_to(path)}",
+                                "re-run `tinyglot export` into a fresh folder")
     max_len = cfg.get("max_len")
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
         raise TinyglotError(f"{path}/config.json: max_len is {max_len!r}, not a whole number >= 2",
@@ -243,6 +168,6 @@ def human_size(n: int) -> str:
 
 
 __all__ = [
-    "BUNDLE_KIND", "CONFIG", "PARITY", "TOKENIZER", "bundle_config", "file_sizes", "human_size",
+    "BUNDLE_KIND", "CONFIG", "PARITY", "SOURCE_KINDS", "TOKENIZER", "bundle_config", "file_sizes", "human_size",
     "load_source", "read_bundle", "source_sha", "source_size", "source_weight_files", "write_bundle_config",
 ]

@@ -15,7 +15,9 @@ The bundle folder IS the SavedModel (``saved_model.pb`` + ``variables/``), with 
    upper-cased copies of them;
 2. truncation to the first ``max_len`` ids (like :meth:`tinyglot.tokenizer.Tokenizer.encode_ids`:
    the whole string is tokenised, no character cut), padding, attention mask;
-3. the encoder: ``transformers.TFBertModel.from_pretrained(student/model, from_pt=True)``;
+3. the encoder: the TensorFlow twin of the student's transformers model,
+   ``transformers.TFAutoModel.from_pretrained(student/model, from_pt=True)`` (TFBertModel for a
+   LEALLA student, TFAlbertModel for a multi-stage student; see :mod:`tinyglot.registry`);
 4. mean pooling over the mask (``tf.expand_dims``, TOOLCHAIN) and L2 normalisation.
 
 Signatures: ``serving_default`` (``sentences``: string ``[None]`` -> ``sentence_embedding``) and
@@ -23,7 +25,7 @@ Signatures: ``serving_default`` (``sentences``: string ``[None]`` -> ``sentence_
 
 TensorFlow and transformers: ``tinyglot`` sets ``USE_TF=0`` (torch-only processes import
 transformers faster and do not oversubscribe threads), and transformers decides at import time
-whether its TF classes exist.  So the TF part of the export (``TFBertModel`` + ``tf.saved_model.save``)
+whether its TF classes exist.  So the TF part of the export (``TFAutoModel`` + ``tf.saved_model.save``)
 runs in a SUBPROCESS started with ``USE_TF=1`` (``python -m tinyglot.export.savedmodel``), whatever
 the parent process imported before.  Loading a bundle needs TensorFlow, ``tensorflow_hub`` and
 ``tensorflow_text`` but not transformers, so it runs in-process.
@@ -46,8 +48,9 @@ import numpy as np
 
 from tinyglot.encoder import encode_by_length
 from tinyglot.errors import TinyglotError
+from tinyglot.registry import KINDS
 
-from .bundle import PARITY, STUDENT_KIND, TOKENIZER, bundle_config, load_source, read_bundle, source_size, \
+from .bundle import PARITY, TOKENIZER, bundle_config, load_source, read_bundle, source_size, \
     finalize_bundle, parity_summary, check_bundle_out
 from .parity import Gates, check_parity
 
@@ -85,7 +88,7 @@ def _tf_threads(threads: int) -> None:
 
 # ====================================================================== the TF graph (subprocess)
 def _build_module(bert, sp_proto: bytes, max_len: int, pooling: str = "mean"):
-    """The ``tf.Module`` saved as the bundle: raw strings -> tokens -> TFBertModel -> pooled, normalised."""
+    """The ``tf.Module`` saved as the bundle: raw strings -> tokens -> the TF encoder -> pooled, normalised."""
     import tensorflow as tf
     import tensorflow_text as tf_text
 
@@ -137,11 +140,9 @@ def _build(spec: dict) -> dict:
 
     _tf_threads(spec.get("threads", 1))
     import tensorflow_text  # noqa: F401
-    from transformers import TFBertModel
-
     model_dir, out = Path(spec["model_dir"]), Path(spec["out"])
     sp_proto = Path(spec["tokenizer"]).read_bytes()
-    bert = TFBertModel.from_pretrained(str(model_dir), from_pt=True, add_pooling_layer=False)
+    bert = tf_twin(model_dir)
     module = _build_module(bert, sp_proto, int(spec["max_len"]), spec.get("pooling", "mean"))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
@@ -164,6 +165,17 @@ def _build(spec: dict) -> dict:
     graph_ids = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)] if sentences else []
     return {"graph_ids": graph_ids, "save_seconds": saved_s, "tf_version": tf.__version__,
             "variables": int(sum(int(np.prod(v.shape)) for v in module.trainable_variables))}
+
+
+def tf_twin(model_dir: Path):
+    """The TensorFlow class of the transformers model saved in ``model_dir``, with its weights
+    (``from_pt``).  BERT is built without its pooler (unused: the graph mean-pools); TFAlbertModel
+    takes no such option, so its pooler exists but is not called."""
+    from transformers import AutoConfig, TFAutoModel
+
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    options = {"add_pooling_layer": False} if config.model_type == "bert" else {}
+    return TFAutoModel.from_pretrained(str(model_dir), from_pt=True, local_files_only=True, **options)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -310,9 +322,13 @@ def export_savedmodel(
                             "use --quantize none, or --format tflite/onnx for int8 and fp16")
     model_path, out = Path(model), Path(out)
     source, tokenizer, scfg = load_source(model_path)
-    if scfg.get("kind") != STUDENT_KIND:
-        raise TinyglotError(f"SavedModel export supports students (a transformers BertModel), not {scfg.get('kind')!r}",
-                            "export the teacher with --format onnx or tflite")
+    folder = KINDS[scfg["kind"]].transformers_folder
+    if folder is None:
+        raise TinyglotError(f"SavedModel export needs a transformers model folder; a {scfg.get('kind')!r} is a "
+                            "torch checkpoint", "export the teacher with --format onnx or tflite")
+    if scfg.get("extra_weights"):
+        raise TinyglotError(f"SavedModel export covers the transformers model only; {model_path} has "
+                            f"{', '.join(scfg['extra_weights'])} on top", "export it with --format onnx or tflite")
     check_bundle_out(model_path, out)
     max_len = int(scfg["max_len"])
     # sentences for the tokenisation check: the parity sentences, upper-cased copies, and edge cases
@@ -337,7 +353,7 @@ def export_savedmodel(
         tok_path.write_bytes(graph_tokenizer if graph_tokenizer is not None else tokenizer.proto)
         say(f"building the SavedModel of {model_path} in a TensorFlow subprocess (USE_TF=1)")
         t0 = time.perf_counter()
-        report_build = build_savedmodel(model_path / "model", tok_path, Path(tmp) / "sm", max_len,
+        report_build = build_savedmodel(model_path / folder, tok_path, Path(tmp) / "sm", max_len,
                                         check_sentences=check, threads=threads, pooling=pooling)
         build_s = time.perf_counter() - t0
         _token_check(tokenizer, check, report_build["graph_ids"], max_len)
