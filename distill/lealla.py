@@ -119,7 +119,8 @@ class LeallaTrainer:
     def meta(self) -> dict:
         # batch_size is the global batch (per process x processes): a run resumes on another
         # process count only when the batches stay the same
-        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_tables is not None, "loss": to_dict(self.preset.loss),
+        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_tables is not None,
+                "loss": to_dict(self.preset.loss),
                 "tokenizer": self.tokenizer.sha256, "data": self.data.fingerprint, "teacher": self.identity,
                 "seed": self.preset.train.seed, "batch_size": self.preset.train.batch_size * self.ctx.world}
 
@@ -173,8 +174,8 @@ class LeallaTrainer:
         xs, ys = model.embed(t(xb.ids), t(xb.mask)), model.embed(t(eb.ids), t(eb.mask))
         xr = np.array([self.x_row[li][pi] for li, pi in rows])
         er = np.array([self.en_row[li][pi] for li, pi in rows])
-        return (xs, ys, t(np.asarray(self.t_emb[xr], dtype=np.float32)), t(np.asarray(self.t_emb[er], dtype=np.float32)),
-                n_global)
+        t_x, t_e = np.asarray(self.t_emb[xr], dtype=np.float32), np.asarray(self.t_emb[er], dtype=np.float32)
+        return xs, ys, t(t_x), t(t_e), n_global
 
     def fit_fd_head(self, model: Student, batches: int = FD_FIT_BATCHES) -> str:
         """Start f at the least-squares map from the (initial) student's embeddings of both sides of
