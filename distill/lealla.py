@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 from collections.abc import Callable
 
 import numpy as np
@@ -189,6 +190,8 @@ class LeallaTrainer:
                 src += [xs.float(), ys.float()]
                 dst += [xt, yt]
         model.train()
+        if model.fd_proj is None:  # the student's dimension is the teacher's: nothing to fit
+            return "identity (no projection)"
         least_squares_head(model.fd_proj, torch.cat(src), torch.cat(dst))
         return f"least-squares start on {sum(len(a) for a in src) // 2} pairs"
 
@@ -204,7 +207,8 @@ class LeallaTrainer:
         gather, n = (self.ctx.gather, n_global) if self.ctx.enabled else (None, None)
         zero = xs.new_zeros(())
         ams = ams_loss(xs, ys, lc.margin, lc.scale, gather, n) if lc.ams else zero
-        fd = feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys), n) if lc.fd else zero
+        proj = model.fd_proj if model.fd_proj is not None else torch.nn.Identity()
+        fd = feature_distillation(xt, yt, proj(xs), proj(ys), n) if lc.fd else zero
         ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature, gather, n) if lc.ld else zero
         loss = lc.alpha * ams + self.fd_weight(index // self.preset.train.grad_accum) * fd + lc.gamma * ld
         parts = {k: float(v.detach()) for k, v in (("loss", loss), ("ams", ams), ("fd", fd), ("ld", ld))}
@@ -229,7 +233,8 @@ class LeallaTrainer:
         if self.resume:
             loop.resume()
         maybe_compile(model.encoder, tc.compile)
-        net, micro_loss = data_parallel(model, self._micro_loss, self.ctx, self.device)
+        net, micro_loss = data_parallel(model, lambda m, i: self._micro_loss(cast(Student, m), i), self.ctx,
+                                        self.device)
         result = loop.run(micro_loss, lambda: self.evaluate(model), net=net, on_step=on_step,
                           on_out_of_memory=self._on_out_of_memory)
         student_dir = self.out / "student"

@@ -175,4 +175,4 @@ def load_student(path: str | Path, device: str = "cpu") -> TorchEncoder:
     model, tokenizer, cfg = load_student_model(path)
     dev = select_device(device)
     model.to(dev)
-    return TorchEncoder(tokenizer, model.embed, cfg.get("max_len"), dev, name=f"student ({Path(path).name})")
+    return TorchEncoder(tokenizer, model.embed, int(cfg["max_len"]), dev, name=f"student ({Path(path).name})")

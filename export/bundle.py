@@ -166,11 +166,12 @@ def file_sizes(folder: str | Path) -> dict[str, int]:
 
 
 def human_size(n: int) -> str:
+    size = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return str(n)  # pragma: no cover
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1000
+    return str(size)  # pragma: no cover
 
 
 # ====================================================================== the graph every format converts

@@ -256,7 +256,7 @@ def check_sentences(sentences: Sequence[str]) -> list[str]:
     return out
 
 
-def raise_on_empty(sentences: Sequence[str], ids: np.ndarray, rows: Sequence[int]) -> None:
+def raise_on_empty(sentences: Sequence[str], ids: np.ndarray, rows: Sequence[int] | np.ndarray) -> None:
     """The Tokenizer's error for a sentence without tokens, found from the graph's ``input_ids``."""
     for k, row in enumerate(rows):
         if not np.any(ids[k] != 0):

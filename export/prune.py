@@ -170,7 +170,9 @@ def prune_tokenizer(tokenizer, sentences: Sequence[str], languages: Sequence[str
 
     ``min_script_share``: a script counts as one of the languages' scripts (all its single
     characters kept) when it has at least this share of the sentences' letters."""
-    from sentencepiece import sentencepiece_model_pb2 as pb
+    from sentencepiece import sentencepiece_model_pb2
+
+    pb: Any = sentencepiece_model_pb2  # generated protobuf classes: no stubs
 
     from tinyglot.tokenizer import Tokenizer, _LANG_PIECE
 
@@ -216,12 +218,13 @@ def prune_tokenizer(tokenizer, sentences: Sequence[str], languages: Sequence[str
         raise TinyglotError("pruning moved the pad/unk ids", "report this with the tokenizer.model")
     # verification: the same pieces for every sentence the vocabulary was pruned on
     bad = 0
-    example = None
+    example: tuple[str, list[str], list[str]] = ("", [], [])
     for s, old in zip(sentences, ids_per_sentence, strict=True):
         new_ids = pruned.tokenize(s)
         if [tokenizer.piece(i) for i in old] != [pruned.piece(i) for i in new_ids]:
             bad += 1
-            example = example or (s, [tokenizer.piece(i) for i in old][:10], [pruned.piece(i) for i in new_ids][:10])
+            if bad == 1:
+                example = (s, [tokenizer.piece(i) for i in old][:10], [pruned.piece(i) for i in new_ids][:10])
     if bad:
         raise TinyglotError(f"the pruned vocabulary segments {bad} of {len(sentences)} sentences differently, "
                             f"e.g. {example[0]!r}: {example[1]} -> {example[2]}",

@@ -97,7 +97,7 @@ def parse_ints(text: str | Sequence[int] | None, what: str = "buckets") -> tuple
     return tuple(values)
 
 
-def resolve_buckets(buckets: Sequence[int] | None, max_len: int) -> tuple[int, ...]:
+def resolve_buckets(buckets: Sequence[int] | str | None, max_len: int) -> tuple[int, ...]:
     """Sequence buckets clipped to the model's ``max_len``; ``max_len`` is always the largest one,
     so that no sentence is cut shorter than in the source model."""
     values = parse_ints(buckets if buckets is not None else DEFAULT_BUCKETS) or ()
@@ -142,6 +142,8 @@ def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], 
         conv = (litert_torch if conv is None else conv).signature(signature_name(batch, seq), module,
                                                                    sample_kwargs=kwargs)
     inner = getattr(module, "model", module)
+    if conv is None:
+        raise TinyglotError("no signature to convert", "pass at least one batch size and sequence bucket")
     try:
         with quiet_litert(), eager_attention(inner), torch.no_grad():
             edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
@@ -494,7 +496,7 @@ def export_tflite(
         raise TinyglotError(f"unknown TFLite quantization {mode!r}", f"choose one of: {', '.join(MODES)}")
     source, out = open_source(model, out)
     seqs = resolve_buckets(buckets, source.max_len)
-    batches = parse_ints(batch_sizes if batch_sizes is not None else DEFAULT_BATCH_SIZES, "batch-sizes")
+    batches = parse_ints(batch_sizes if batch_sizes is not None else DEFAULT_BATCH_SIZES, "batch-sizes") or ()
     qdict = {"mode": mode, "name": mode,
              "recipe": {"none": None, "dynamic": "quant_recipes.full_dynamic_recipe",
                         "fp16": "quant_recipes.full_fp16_recipe"}[mode]}

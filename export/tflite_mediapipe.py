@@ -169,7 +169,7 @@ def _metadata_writer():
         for i in range(3, len(parts)):
             sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
         sys.modules[name] = shim
-        sys.modules[".".join(parts[:-1])]._pywrap_metadata_version = shim  # type: ignore[attr-defined]
+        sys.modules[".".join(parts[:-1])]._pywrap_metadata_version = shim
     from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
 
     return metadata_writer

@@ -18,7 +18,10 @@ through a multilingual assistant A:
 S is a ``transformers`` AlbertModel: a recurrent unit of M layers (one shared layer group) applied
 L/M times, initialised from A's first M BertLayers; mean pooling.  Every stage is its own resumable
 :class:`~tinyglot.trainloop.TrainLoop` run in ``OUT/stageN`` (``last.pt``, ``best.pt``,
-``metrics.jsonl``, dev P@1) whose output folder (``stage1/assistant``, ``stageN/student``) records
+``metrics.jsonl``, dev P@1) whose output folder (``stage1/assistant``, ``stageN/student``) is recorded
+by a :class:`~tinyglot.stagecache.StageStore` marker in the stage folder (``stageN/stages/stage.json``:
+the hash of the settings and inputs it was made from, and of its files); a complete stage is skipped,
+a stale or altered one is refused.
 
 The package: :mod:`.model` (the encoder with heads, the ALBERT student), :mod:`.losses`, :mod:`.io`
 (stage folders), :mod:`.trainer` (the stages) and :mod:`.report` (``run_multistage`` and its report).

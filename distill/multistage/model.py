@@ -3,6 +3,8 @@ the recurrent ALBERT student, and the copy of the assistant's BertLayers into th
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 from torch import nn
 
@@ -20,7 +22,7 @@ class MSModel(nn.Module):
 
     def __init__(self, encoder: nn.Module, heads: dict[str, tuple[int, int]] | None = None) -> None:
         super().__init__()
-        self.encoder = encoder
+        self.encoder: Any = encoder  # a transformers model: its attributes are not typed
         self.heads = nn.ModuleDict({name: nn.Linear(i, o) for name, (i, o) in sorted((heads or {}).items())})
 
     @property
@@ -41,7 +43,8 @@ class MSModel(nn.Module):
         return self.heads[name](x) if name in self.heads else x
 
     def head_shapes(self) -> dict[str, list[int]]:
-        return {name: [m.in_features, m.out_features] for name, m in self.heads.items()}
+        return {name: [cast(nn.Linear, m).in_features, cast(nn.Linear, m).out_features]
+                for name, m in self.heads.items()}
 
     def parameter_counts(self) -> dict[str, int]:
         """The paper's split: embedding (incl. the B -> H bottleneck mapping) vs encoder layers."""

@@ -11,6 +11,7 @@ import numpy as np
 from tinyglot.config import to_dict
 from tinyglot.data import Pair
 from tinyglot.distributed import shutdown_distributed
+from tinyglot.encoder import Encoder
 from tinyglot.evaluation import BitextResult, evaluate_bitext
 from tinyglot.io import atomic_write_text, folder_bytes
 from tinyglot.models import TorchEncoder, read_model_config
@@ -48,7 +49,7 @@ def evaluate_models(trainer: MultiStageTrainer, teacher, testset, name: str, cac
     sentences = testset_sentences(testset)
     rows = teacher_embeddings(teacher, sentences, cache_dir, identity=trainer.teacher_identity, progress=progress)
     done = [s for s in STAGES if trainer.status(s) == "complete"]
-    models: list[tuple[str, object]] = [("teacher", LookupEncoder(sentences, rows, "teacher")),
+    models: list[tuple[str, Encoder]] = [("teacher", LookupEncoder(sentences, rows, "teacher")),
                                         ("assistant", load_assistant_encoder(trainer.assistant_path, device))]
     if 1 in done:
         models.append(("assistant-stage1", load_multistage(trainer.output(1), device)))

@@ -7,18 +7,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
+from torch import nn
 
 from tinyglot.batching import PIVOT, BatchPlan, check_tokenizer, split_train_dev
 from tinyglot.config import to_dict
 from tinyglot.data import Pair
 from tinyglot.distributed import DistContext, data_parallel, init_distributed
-from tinyglot.encoder import Encoder
 from tinyglot.errors import TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
 from tinyglot.models import TorchEncoder, read_model_config
+from tinyglot.stagecache import StageStore, hash_json
 from tinyglot.tokcache import tokenized_corpus
 from tinyglot.trainloop import TrainLoop
 from tinyglot.training import (load_checkpoint, maybe_compile, prepare_run_dir, seed_everything, to_device,
@@ -36,6 +38,7 @@ log = logging.getLogger("tinyglot.distill")
 
 STAGES = (1, 2, 3, 4)
 OUTPUT_NAME = {1: "assistant", 2: "student", 3: "student", 4: "student"}
+MARKER = "stage"  # the StageStore marker of a stage folder
 
 
 def parse_stages(spec: str | Sequence[int] | None) -> tuple[int, ...]:
@@ -111,7 +114,7 @@ class MultiStageTrainer:
     """
 
     def __init__(self, preset: MSPreset, out_dir: str | Path, pairs: list[Pair], assistant: str | Path,
-                 teacher: Encoder, teacher_identity: str | None = None, preset_name: str = "custom",
+                 teacher: Any, teacher_identity: str | None = None, preset_name: str = "custom",
                  cache_dir: str | Path | None = None, progress: bool = True,
                  say: Callable[[str], None] = log.info) -> None:
         self.preset, self.preset_name, self.out = preset, preset_name, Path(out_dir)
@@ -193,19 +196,32 @@ class MultiStageTrainer:
             meta["loss"] = to_dict(self.preset.loss)
         return meta
 
+    def store(self, stage: int) -> StageStore:
+        """The marker of ``stage`` (``stageN/stages/stage.json``, inside the stage folder so that a
+        copied stage folder carries it): the hash of :meth:`stage_meta` and of the output's files."""
+        return StageStore(self.stage_dir(stage))
+
     def status(self, stage: int, meta: dict | None = None) -> str:
         """``complete``, ``missing`` or why the existing output does not belong to these settings."""
-        cfg_path = self.output(stage) / "config.json"
-        if not cfg_path.is_file():
+        store = self.store(stage)
+        if not store.marker_path(MARKER).exists() and not (self.output(stage) / "config.json").is_file():
             return "missing"
         if meta is None:
             try:
                 meta = self.stage_meta(stage)
             except TinyglotError as exc:
                 return f"made from earlier outputs that are gone or changed ({exc.problem})"
-        recorded = read_model_config(cfg_path).get("stage_meta") or {}
-        differ = sorted(k for k in set(meta) | set(recorded) if meta.get(k) != recorded.get(k))
-        return "complete" if not differ else f"made with other {', '.join(differ)} than this run's"
+        marker, why = store.check(MARKER, hash_json(meta))
+        if marker is not None:
+            return "complete"
+        recorded = store.read(MARKER)
+        if recorded is None:
+            return f"left without its marker ({why})"
+        if recorded.input_hash != hash_json(meta):
+            differ = sorted(k for k in set(meta) | set(recorded.inputs)
+                            if hash_json(meta.get(k)) != hash_json(recorded.inputs.get(k)))
+            return f"made with other {', '.join(differ) or 'settings'} than this run's"
+        return f"changed since it was made ({why})"
 
     def recorded(self, stage: int) -> StageResult:
         """What the (complete) output of ``stage`` says about the run that made it."""
@@ -278,7 +294,8 @@ class MultiStageTrainer:
             loop.resume()
         plan = self.plan(stage)
         maybe_compile(model.encoder, tc.compile)
-        net, micro_loss = data_parallel(model, lambda m, i: loss_fn(m, self.batch(plan, i)), self.ctx, self.device)
+        net, micro_loss = data_parallel(model, lambda m, i: loss_fn(cast(MSModel, m), self.batch(plan, i)), self.ctx,
+                                        self.device)
         result = loop.run(micro_loss, lambda: self.evaluate(model, name), net=net,
                           on_step=(lambda step: on_step(stage, step)) if on_step else None)
         wall = round(time.time() - started, 1)
@@ -291,6 +308,8 @@ class MultiStageTrainer:
                 "train_seconds": round(result.seconds, 1), "wall_seconds": wall, "best_dev_p1": result.best_dev_p1,
                 **extra,
             })
+            self.store(stage).finish(MARKER, hash_json(meta), [self.output(stage)], time.time() - started, inputs=meta,
+                                     info={"steps": result.steps, "best_dev_p1": result.best_dev_p1})
         self.ctx.barrier()
         return StageResult(stage, self.output(stage), result.steps, wall, result.best_dev_p1, False,
                            extra.get("note", ""))
@@ -319,7 +338,9 @@ class MultiStageTrainer:
         shape = "{} -> {}".format(*model.head_shapes()["teacher"])
         if n == 0:
             return f"projection {shape} to the teacher's space (random start)"
-        plan, xs, ys, count = self.plan(stage), [], [], 0
+        plan, count = self.plan(stage), 0
+        xs: list[torch.Tensor] = []
+        ys: list[torch.Tensor] = []
         model.to(self.device).eval()
         with torch.no_grad():
             while count < n:
@@ -328,7 +349,7 @@ class MultiStageTrainer:
                 xs += [model.embed(b.s_ids, b.s_mask), model.embed(b.t_ids, b.t_mask)]
                 ys += [t, t]
                 count += len(b)
-        least_squares_head(model.heads["teacher"], torch.cat(xs).float(), torch.cat(ys))
+        least_squares_head(cast(nn.Linear, model.heads["teacher"]), torch.cat(xs).float(), torch.cat(ys))
         return f"projection {shape} to the teacher's space (least-squares start on {count} pairs)"
 
     def stage1_loss(self, net: MSModel, b: Batch) -> dict:
