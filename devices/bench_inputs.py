@@ -88,9 +88,9 @@ def resolve_model(path: str | Path) -> BenchModel:
         quant = (q.get("name") or q.get("mode") or "none") if isinstance(q, dict) else str(q)
         return BenchModel(path, path.name, BUNDLE_RUNTIMES[fmt], fmt, quant, model, model.stat().st_size,
                           _sha256(model), int(cfg.get("max_len", 512)), cfg)
-    if kind in ("lealla-student", "ems-teacher"):
-        from tinyglot.export.bundle import source_sha, source_size
+    from tinyglot.registry import KINDS, source_sha, source_size
 
+    if kind in KINDS:
         return BenchModel(path, path.name, "torch", "torch", "fp32", path, source_size(path, cfg),
                           source_sha(path, cfg), int(cfg.get("max_len", 512)), cfg)
     raise TinyglotError(f"{path} is not a model tinyglot can benchmark (kind={kind!r})",

@@ -46,6 +46,7 @@ import platform
 import sys
 import time
 import contextlib
+from typing import Any
 
 RESULT_TAG = "TINYGLOT_BENCH_RESULT"
 ERROR_TAG = "TINYGLOT_BENCH_ERROR"
@@ -213,8 +214,8 @@ class TfliteRuntime:
 
             self.version = getattr(ai_edge_litert, "__version__", "?")
         except ImportError:  # the older package name on some boards
-            from tflite_runtime.interpreter import Interpreter  # type: ignore
-            import tflite_runtime  # type: ignore
+            from tflite_runtime.interpreter import Interpreter
+            import tflite_runtime
 
             self.version = "tflite_runtime " + getattr(tflite_runtime, "__version__", "?")
         self.model_path = settings["model"]
@@ -283,7 +284,8 @@ class TfliteRuntime:
 
 
 class TorchRuntime:
-    """The PyTorch fp32 reference: a student folder or an EMS teacher run (imports tinyglot)."""
+    """The PyTorch fp32 reference: any model folder of :mod:`tinyglot.registry` (a student of any kind or an
+    EMS teacher run; imports tinyglot)."""
 
     name = "torch"
 
@@ -293,7 +295,7 @@ class TorchRuntime:
         torch.set_num_threads(int(settings["threads"]))
         with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(1)
-        from tinyglot.export.bundle import load_source
+        from tinyglot.registry import load_source
 
         self.torch = torch
         self.version = torch.__version__
@@ -427,7 +429,7 @@ def measure(settings: dict) -> dict:
             pinned = None
     import numpy as np
 
-    runtime_cls = RUNTIMES.get(settings["runtime"])
+    runtime_cls: Any = RUNTIMES.get(settings["runtime"])  # the runtimes share a duck-typed interface
     if runtime_cls is None:
         raise ValueError(f"unknown runtime {settings['runtime']!r} (known: {', '.join(RUNTIMES)})")
     takes_text = getattr(runtime_cls, "takes_text", False)
@@ -443,8 +445,8 @@ def measure(settings: dict) -> dict:
         sys.path.insert(0, settings["tinyglot_path"])
     if settings["runtime"] == "torch":  # libraries imported before the baseline: load_ms is the model alone
         import torch  # noqa: F401
-        from transformers import BertModel  # noqa: F401
-        import tinyglot.export.bundle  # noqa: F401
+        from transformers import AlbertModel, BertModel  # noqa: F401
+        import tinyglot.registry  # noqa: F401
     elif settings["runtime"] in ("onnx", "onnx-text"):
         import onnxruntime  # noqa: F401
     elif settings["runtime"] == "mediapipe":
@@ -463,7 +465,7 @@ def measure(settings: dict) -> dict:
     for q in range(n_batches):
         rows = [(q * batch + i) % n_rows for i in range(batch)]
         if takes_text:
-            queries.append(rt.prepare_texts([texts_all[r] for r in rows]))
+            queries.append(rt.prepare_texts([texts_all[r] for r in rows] if texts_all is not None else []))
         else:
             queries.append(rt.prepare(ids_all[rows], mask_all[rows]))
     real_tokens = float(mask_all.sum()) / mask_all.size
@@ -539,8 +541,8 @@ def _model_bytes(path: str) -> int:
         return _model_bytes(str(files)) if files else 0
     if os.path.isdir(path):
         total = 0
-        for root, _, files in os.walk(path):
-            total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+        for root, _, names in os.walk(path):
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in names)
         return total
     return os.path.getsize(path) if os.path.exists(path) else 0
 

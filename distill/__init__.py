@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "run_distill": "run", "run_dimred": "run", "load_student": "student", "LealLATrainer": "lealla",
+    "run_distill": "run", "run_dimred": "run", "load_student": "student", "LeallaTrainer": "lealla",
     "run_multistage": "multistage", "MultiStageTrainer": "multistage", "MSModel": "multistage",
     "load_multistage": "multistage", "load_ms_model": "multistage", "parse_stages": "multistage",
     "MSPreset": "ms_config", "MSStudentConfig": "ms_config", "MSLossConfig": "ms_config",

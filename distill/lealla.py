@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 from collections.abc import Callable
 
 import numpy as np
@@ -55,7 +56,7 @@ class DistillResult:
     best_dev_p1: float | None
 
 
-class LealLATrainer:
+class LeallaTrainer:
     """A LEALLA run in ``out_dir``: ``last.pt``/``best.pt``/``metrics.jsonl`` while training,
     ``student/`` (a loadable student folder) at the end.
 
@@ -119,7 +120,8 @@ class LealLATrainer:
     def meta(self) -> dict:
         # batch_size is the global batch (per process x processes): a run resumes on another
         # process count only when the batches stay the same
-        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_tables is not None, "loss": to_dict(self.preset.loss),
+        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_tables is not None,
+                "loss": to_dict(self.preset.loss),
                 "tokenizer": self.tokenizer.sha256, "data": self.data.fingerprint, "teacher": self.identity,
                 "seed": self.preset.train.seed, "batch_size": self.preset.train.batch_size * self.ctx.world}
 
@@ -173,8 +175,8 @@ class LealLATrainer:
         xs, ys = model.embed(t(xb.ids), t(xb.mask)), model.embed(t(eb.ids), t(eb.mask))
         xr = np.array([self.x_row[li][pi] for li, pi in rows])
         er = np.array([self.en_row[li][pi] for li, pi in rows])
-        return (xs, ys, t(np.asarray(self.t_emb[xr], dtype=np.float32)), t(np.asarray(self.t_emb[er], dtype=np.float32)),
-                n_global)
+        t_x, t_e = np.asarray(self.t_emb[xr], dtype=np.float32), np.asarray(self.t_emb[er], dtype=np.float32)
+        return xs, ys, t(t_x), t(t_e), n_global
 
     def fit_fd_head(self, model: Student, batches: int = FD_FIT_BATCHES) -> str:
         """Start f at the least-squares map from the (initial) student's embeddings of both sides of
@@ -188,6 +190,8 @@ class LealLATrainer:
                 src += [xs.float(), ys.float()]
                 dst += [xt, yt]
         model.train()
+        if model.fd_proj is None:  # the student's dimension is the teacher's: nothing to fit
+            return "identity (no projection)"
         least_squares_head(model.fd_proj, torch.cat(src), torch.cat(dst))
         return f"least-squares start on {sum(len(a) for a in src) // 2} pairs"
 
@@ -203,7 +207,8 @@ class LealLATrainer:
         gather, n = (self.ctx.gather, n_global) if self.ctx.enabled else (None, None)
         zero = xs.new_zeros(())
         ams = ams_loss(xs, ys, lc.margin, lc.scale, gather, n) if lc.ams else zero
-        fd = feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys), n) if lc.fd else zero
+        proj = model.fd_proj if model.fd_proj is not None else torch.nn.Identity()
+        fd = feature_distillation(xt, yt, proj(xs), proj(ys), n) if lc.fd else zero
         ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature, gather, n) if lc.ld else zero
         loss = lc.alpha * ams + self.fd_weight(index // self.preset.train.grad_accum) * fd + lc.gamma * ld
         parts = {k: float(v.detach()) for k, v in (("loss", loss), ("ams", ams), ("fd", fd), ("ld", ld))}
@@ -228,7 +233,8 @@ class LealLATrainer:
         if self.resume:
             loop.resume()
         maybe_compile(model.encoder, tc.compile)
-        net, micro_loss = data_parallel(model, self._micro_loss, self.ctx, self.device)
+        net, micro_loss = data_parallel(model, lambda m, i: self._micro_loss(cast(Student, m), i), self.ctx,
+                                        self.device)
         result = loop.run(micro_loss, lambda: self.evaluate(model), net=net, on_step=on_step,
                           on_out_of_memory=self._on_out_of_memory)
         student_dir = self.out / "student"

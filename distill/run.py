@@ -123,17 +123,17 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
 def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out: Path,
                    cache_dir: str | Path | None = None, vocab_size: int = 8000, resume: bool = False,
                    progress: bool = True):
-    """A ``LealLATrainer`` from the teacher ``teacher_spec`` (its vocabulary reused when it is a tinyglot
+    """A ``LeallaTrainer`` from the teacher ``teacher_spec`` (its vocabulary reused when it is a tinyglot
     model), teacher embeddings cached in ``cache_dir`` (default ``$TINYGLOT_HOME/teacher-cache``)."""
     from tinyglot.training import training_device
 
     from tinyglot.encoders import load_encoder as load_teacher_encoder
 
-    from .lealla import LealLATrainer
+    from .lealla import LeallaTrainer
 
     # the teacher pass runs on the training device (under torchrun: this process's GPU)
     teacher = load_teacher_encoder(teacher_spec, device=str(training_device(preset.train)))
-    return LealLATrainer(preset, out, pairs, teacher, teacher.identity(), teacher_tokenizer(teacher_spec),
+    return LeallaTrainer(preset, out, pairs, teacher, teacher.identity(), teacher_tokenizer(teacher_spec),
                          preset_name, cache_dir or tinyglot_home() / "teacher-cache", vocab_size, resume, progress)
 
 

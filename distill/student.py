@@ -116,6 +116,12 @@ def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: d
     return out
 
 
+def resave_student(model: Student, tokenizer: Tokenizer, out: str | Path, cfg: dict, extra: dict | None = None) -> Path:
+    """The registry's ``save`` for students (vocabulary pruning): :func:`save_student` with ``extra``
+    (a student's config holds nothing else that its model does not define)."""
+    return save_student(model, tokenizer, out, extra)
+
+
 OUTPUT_FILE = "output.safetensors"  # the output projection, when the student has one
 
 
@@ -169,4 +175,4 @@ def load_student(path: str | Path, device: str = "cpu") -> TorchEncoder:
     model, tokenizer, cfg = load_student_model(path)
     dev = select_device(device)
     model.to(dev)
-    return TorchEncoder(tokenizer, model.embed, cfg.get("max_len"), dev, name=f"student ({Path(path).name})")
+    return TorchEncoder(tokenizer, model.embed, int(cfg["max_len"]), dev, name=f"student ({Path(path).name})")

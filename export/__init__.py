@@ -24,7 +24,7 @@ from typing import Any
 
 _EXPORTS = {
     "EmbeddingModule": "onnx",
-    "ExportResult": "onnx",
+    "ExportResult": "bundle",
     "OnnxEncoder": "onnx",
     "QuantizationConfig": "onnx",
     "export_onnx": "onnx",

@@ -16,95 +16,27 @@ Pooling and normalisation live inside the model file: the runtime only tokenises
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 from tinyglot.encoder import encode_token_batches  # the one token-id batcher, re-exported for the formats
 from tinyglot.errors import TinyglotError
 from tinyglot.integrity import check_sha256, file_digests
 from tinyglot.io import atomic_write_json
 from tinyglot.models import config_files, folder_file, read_model_config
+from tinyglot.registry import BUNDLE_KIND, load_source, source_kinds, source_sha, source_size, source_weight_files
 
-BUNDLE_KIND = "bundle"
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.model"
 PARITY = "parity.json"
-STUDENT_KIND = "lealla-student"
-TEACHER_KIND = "ems-teacher"
-MULTISTAGE_KINDS = ("multistage-student", "multistage-assistant")  # a transformers folder in model/, like students
-SOURCE_KINDS = (STUDENT_KIND, TEACHER_KIND, *MULTISTAGE_KINDS)
-
-
-def load_source(path: str | Path) -> tuple[Any, Any, dict]:
-    """``(module with .embed(ids, mask), tokenizer, config)`` of a student folder or an EMS teacher run.
-
-    Dispatches on ``config.json["kind"]``; the distill and teacher stages are imported only when
-    needed.  The module is in eval mode on the CPU.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise TinyglotError(f"model not found: {path}", "pass a student folder (tinyglot distill) or a teacher run")
-    cfg = read_model_config(path)
-    kind = cfg.get("kind")
-    if kind == STUDENT_KIND:
-        from tinyglot.distill.student import load_student_model
-
-        model, tokenizer, cfg = load_student_model(path)
-    elif kind == TEACHER_KIND:
-        from tinyglot.teacher.encoder import load_model
-
-        model, tokenizer, cfg = load_model(path)
-    elif kind in MULTISTAGE_KINDS:
-        from tinyglot.distill.multistage import load_ms_model
-
-        model, tokenizer, cfg = load_ms_model(path)
-    elif kind == BUNDLE_KIND:
-        raise TinyglotError(f"{path} is already an exported bundle ({cfg.get('format')})",
-                            f"export from its source model instead: {cfg.get('source', 'the student folder')}")
-    else:
-        raise TinyglotError(
-            f"{path} is not a model tinyglot can export (kind={kind!r})",
-            f"pass a student folder written by `tinyglot distill` ({STUDENT_KIND}, {MULTISTAGE_KINDS[0]}) "
-            f"or a teacher run of `tinyglot teacher train` ({TEACHER_KIND})",
-        )
-    if not hasattr(model, "embed"):
-        raise TinyglotError(f"the model of {path} has no embed(ids, mask) method")
-    model.eval()
-    return model, tokenizer, cfg
-
-
-def source_weight_files(path: str | Path, cfg: dict) -> list[Path]:
-    """The files whose bytes define the source model's weights (for sizes and ``source_sha``)."""
-    path = Path(path)
-    if cfg.get("kind") in (STUDENT_KIND, *MULTISTAGE_KINDS):
-        files = sorted(p for p in (path / "model").iterdir() if p.is_file())
-        files += [path / name for name in cfg.get("extra_weights", ())]
-    elif cfg.get("kind") == TEACHER_KIND:
-        best = path / "best.pt"
-        files = [best if best.exists() else path / "last.pt"]
-    else:
-        files = []
-    return [f for f in files if f.is_file()]
-
-
-def source_sha(path: str | Path, cfg: dict) -> str:
-    """sha256 over the source's config.json, tokenizer and weight files (names and bytes)."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    tok = folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")
-    for f in [path / CONFIG, tok, *source_weight_files(path, cfg)]:
-        if f.is_file():
-            digest.update(f.relative_to(path).as_posix().encode() + b"\0")
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-    return digest.hexdigest()
-
-
-def source_size(path: str | Path, cfg: dict) -> int:
-    """Bytes of the source's weight files (a teacher checkpoint also holds the optimizer state)."""
-    return sum(f.stat().st_size for f in source_weight_files(path, cfg))
+SOURCE_KINDS = source_kinds()  # the kinds registered when this module was imported (see tinyglot.registry)
 
 
 def bundle_config(
@@ -194,7 +126,8 @@ def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
         raise TinyglotError(f"{path}/config.json lists no model files", "re-run `tinyglot export` into a fresh folder")
     for file in [*files, folder_file(path, cfg.get("tokenizer", TOKENIZER), "'tokenizer'")]:
         if not file.is_file():
-            raise TinyglotError(f"{path} lacks {file.relative_to(path)}", "re-run `tinyglot export` into a fresh folder")
+            raise TinyglotError(f"{path} lacks {file.relative_to(path)}",
+                                "re-run `tinyglot export` into a fresh folder")
     max_len = cfg.get("max_len")
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
         raise TinyglotError(f"{path}/config.json: max_len is {max_len!r}, not a whole number >= 2",
@@ -214,14 +147,210 @@ def file_sizes(folder: str | Path) -> dict[str, int]:
 
 
 def human_size(n: int) -> str:
+    size = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return str(n)  # pragma: no cover
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1000
+    return str(size)  # pragma: no cover
+
+
+# ====================================================================== the graph every format converts
+class _Wrapper:  # namespace for the lazily defined torch module class
+    cls: Any = None
+
+
+def embedding_module_class() -> Any:
+    """``EmbeddingModule(model)``: ``(input_ids, attention_mask) -> L2-normalised sentence_embedding``
+    of any model with ``embed(ids, mask)``; defined on first use so that this module needs no torch."""
+    if _Wrapper.cls is None:
+        import torch
+        from torch import nn
+
+        class EmbeddingModule(nn.Module):
+            """``(input_ids, attention_mask) -> L2-normalised sentence_embedding`` of any model with
+            ``embed(ids, mask)`` (a tinyglot student or an EMS teacher): pooling and normalisation
+            are part of the exported graph."""
+
+            def __init__(self, model) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids, attention_mask):
+                emb = self.model.embed(input_ids, attention_mask)
+                return torch.nn.functional.normalize(emb, p=2.0, dim=-1, eps=1e-12)
+
+        _Wrapper.cls = EmbeddingModule
+    return _Wrapper.cls
+
+
+def find_transformer(model: Any) -> Any:
+    """The ``transformers`` model inside a source module (``model.encoder``), or None."""
+    enc = getattr(model, "encoder", None)
+    return enc if enc is not None and hasattr(enc, "config") else None
+
+
+@contextlib.contextmanager
+def eager_attention(model: Any) -> Iterator[None]:
+    """Convert with eager attention: under tracing, sdpa's mask handling may be specialised to the
+    example input; the eager graph is the same size and the runtimes fuse it."""
+    bert = find_transformer(model)
+    old = getattr(bert.config, "_attn_implementation", None) if bert is not None else None
+    if bert is not None:
+        bert.config._attn_implementation = "eager"
+    try:
+        yield
+    finally:
+        if bert is not None and old is not None:
+            bert.config._attn_implementation = old
+
+
+# ====================================================================== one skeleton for every format
+@dataclass
+class ExportResult:
+    """What every ``export_*`` returns: the bundle folder, its config, the parity report, the bundle's
+    file sizes, the source's weight bytes and the format's own figures (``graph``)."""
+
+    out: Path
+    config: dict
+    parity: Any
+    sizes: dict[str, int]
+    source_bytes: int
+    graph: dict
+
+
+@dataclass
+class Source:
+    """The model being exported: its folder, torch module (``embed(ids, mask)``), tokenizer, config."""
+
+    path: Path
+    model: Any
+    tokenizer: Any
+    config: dict
+
+    @property
+    def max_len(self) -> int:
+        return int(self.config["max_len"])
+
+    def reference(self) -> Any:
+        """The source as an ``Encoder`` (CPU, fp32): what the bundle must agree with."""
+        from tinyglot.models import TorchEncoder
+
+        return TorchEncoder(self.tokenizer, self.model.embed, self.max_len, name=f"source ({self.path.name})")
+
+
+@dataclass
+class Converter:
+    """One bundle format's part of :func:`export_bundle`; subclasses override :meth:`convert`,
+    :meth:`open` and :meth:`extra`, and the other hooks where the format needs them."""
+
+    fmt: str = ""
+    loader: str = ""
+    label: str = ""  # the parity report's label, e.g. "onnx dynamic"
+    quantization: dict = field(default_factory=dict)
+    model_files: tuple[str, ...] = ()  # produced in the work folder, moved into the bundle
+    stale: tuple[str, ...] = ()  # files or folders of an earlier export to remove before the move
+
+    def check(self, source: Source) -> None:
+        """Refuse a source this format cannot take (before any work)."""
+
+    def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
+        """Write :attr:`model_files` into ``work``; returns the format's figures (ExportResult.graph)."""
+        raise NotImplementedError
+
+    def open(self, out: Path, source: Source) -> Any:
+        """The exported bundle as an ``Encoder`` for the parity check."""
+        raise NotImplementedError
+
+    def gates(self) -> Any:
+        raise NotImplementedError
+
+    def verify(self, report: Any, out: Path, source: Source, reference: Any, testset: Any, gates: Any,
+               max_sentences: int, say: Callable[[str], None]) -> None:
+        """More checks after the in-process parity (e.g. the file in a process without tinyglot)."""
+
+    def dim(self, exported: Any, reference: Any) -> int:
+        return int(exported.encode(["a"]).shape[1])
+
+    def files(self, out: Path) -> list[str]:
+        """The model files the bundle's config lists (and its sha256 covers)."""
+        return list(self.model_files)
+
+    def extra(self, stats: dict, exported: Any, source: Source) -> dict:
+        """The format's keys of config.json."""
+        return {}
+
+    def finish(self, out: Path, cfg: dict, report: Any) -> None:
+        """Before config.json is written (e.g. the bundle's model card)."""
+
+    def sizes(self, out: Path) -> dict[str, int]:
+        return file_sizes(out)
+
+
+def open_source(model: str | Path, out: str | Path) -> tuple[Source, Path]:
+    """The source model of an export and the checked bundle folder."""
+    model_path, out = Path(model), Path(out)
+    source = Source(model_path, *load_source(model_path))
+    check_bundle_out(model_path, out)
+    return source, out
+
+
+def export_bundle(converter: Converter, model: str | Path, out: str | Path, *, source: Source | None = None,
+                  testset: Any = None, max_sentences: int = 100, gates: Any = None, parity_gate: bool = True,
+                  extra_config: dict | None = None, say: Callable[[str], None] = lambda msg: None) -> ExportResult:
+    """prepare -> convert -> verify -> finalise, the same for every format:
+
+    the source is opened and checked; the converter writes its model files in a hidden work folder
+    inside ``out``, which are moved into ``out`` only when the conversion succeeded (an earlier
+    bundle's config.json and parity.json are removed then); the tokenizer is copied; parity against
+    the PyTorch source is measured (and the converter's own checks run); ``parity.json`` is written,
+    then ``config.json`` last, and only if the parity gates passed (or not ``parity_gate``)."""
+    from .parity import check_parity
+
+    if source is None:
+        source, out = open_source(model, out)
+    out = Path(out)
+    converter.check(source)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
+        stats = converter.convert(source, Path(tmp), say)
+        for stale in (CONFIG, PARITY, *converter.stale):
+            path = out / stale
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        for name in converter.model_files:
+            os.replace(Path(tmp) / name, out / name)
+    source.tokenizer.save(out / TOKENIZER)
+    gates = gates or converter.gates()
+    say(f"checking parity against the source on up to {max_sentences} pairs per language")
+    reference = source.reference()
+    exported = converter.open(out, source)
+    try:
+        report = check_parity(reference, exported, testset, gates, languages=source.tokenizer.languages,
+                              max_sentences=max_sentences, label=converter.label)
+        dim = converter.dim(exported, reference)
+    finally:
+        close = getattr(exported, "close", None)
+        if callable(close):
+            close()
+    converter.verify(report, out, source, reference, testset, gates, max_sentences, say)
+    report.write_json(out / PARITY)
+    cfg = bundle_config(loader=converter.loader, fmt=converter.fmt, model_files=converter.files(out),
+                        source=source.path, source_cfg=source.config, tokenizer=source.tokenizer, dim=dim,
+                        max_len=source.max_len, quantization=converter.quantization,
+                        extra={**converter.extra(stats, exported, source),
+                               "parity": parity_summary(report, parity_gate), **(extra_config or {})})
+    converter.finish(out, cfg, report)
+    finalize_bundle(out, cfg, report, parity_gate)
+    return ExportResult(out, cfg, report, converter.sizes(out), source_size(source.path, source.config), stats)
 
 
 __all__ = [
-    "BUNDLE_KIND", "CONFIG", "PARITY", "TOKENIZER", "bundle_config", "encode_token_batches", "file_sizes", "human_size",
-    "load_source", "read_bundle", "source_sha", "source_size", "source_weight_files", "write_bundle_config",
+    "BUNDLE_KIND", "CONFIG", "PARITY", "SOURCE_KINDS", "TOKENIZER", "Converter", "ExportResult", "Source",
+    "bundle_config", "eager_attention", "embedding_module_class", "encode_token_batches", "export_bundle",
+    "file_sizes", "find_transformer",
+    "human_size", "load_source", "open_source", "read_bundle", "source_sha", "source_size", "source_weight_files",
+    "write_bundle_config",
 ]

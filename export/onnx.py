@@ -30,12 +30,10 @@ was not quantized).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -44,9 +42,9 @@ import numpy as np
 
 from tinyglot.errors import TinyglotError
 
-from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
-    finalize_bundle, parity_summary, check_bundle_out, encode_token_batches
-from .parity import Gates, ParityReport, check_parity
+from .bundle import TOKENIZER, Converter, ExportResult, Source, eager_attention, embedding_module_class, \
+    encode_token_batches, export_bundle, find_transformer, read_bundle
+from .parity import Gates
 from .quantize import QuantizationConfig, calibration_sentences, graph_stats, optimize_graph, quantize_graph, \
     verify_quantized
 
@@ -70,56 +68,15 @@ def _require_onnx():
 
 
 # ====================================================================== the graph
-def _find_bert(model):
-    enc = getattr(model, "encoder", None)
-    return enc if enc is not None and hasattr(enc, "config") else None
-
-
-class _Wrapper:  # namespace for the lazily defined torch module class
-    cls = None
-
-
-def _embedding_module_class():
-    if _Wrapper.cls is None:
-        import torch
-        from torch import nn
-
-        class EmbeddingModule(nn.Module):
-            """``(input_ids, attention_mask) -> L2-normalised sentence_embedding`` of any model with
-            ``embed(ids, mask)`` (a tinyglot student or an EMS teacher): pooling and normalisation
-            are part of the exported graph."""
-
-            def __init__(self, model) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, input_ids, attention_mask):
-                emb = self.model.embed(input_ids, attention_mask)
-                return torch.nn.functional.normalize(emb, p=2.0, dim=-1, eps=1e-12)
-
-        _Wrapper.cls = EmbeddingModule
-    return _Wrapper.cls
+_find_bert = find_transformer
+_eager_attention = eager_attention
+_embedding_module_class = embedding_module_class
 
 
 def __getattr__(name: str) -> Any:
     if name == "EmbeddingModule":  # defined on first use so that importing this module needs no torch
-        return _embedding_module_class()
+        return embedding_module_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@contextlib.contextmanager
-def _eager_attention(model):
-    """Export with eager attention: under tracing, sdpa's mask handling may be specialised to the
-    example input; the eager graph is the same size and onnxruntime fuses it into Attention."""
-    bert = _find_bert(model)
-    old = getattr(bert.config, "_attn_implementation", None) if bert is not None else None
-    if bert is not None:
-        bert.config._attn_implementation = "eager"
-    try:
-        yield
-    finally:
-        if bert is not None and old is not None:
-            bert.config._attn_implementation = old
 
 
 def export_module(module, path: str | Path, vocab_size: int, max_len: int, opset: int = OPSET) -> Path:
@@ -212,19 +169,49 @@ def load_onnx_bundle(path: str | Path, threads: int = 1, device: str = "cpu", **
     tokenizer = load_folder_tokenizer(path, cfg.get("tokenizer", TOKENIZER), cfg.get("tokenizer_sha256"), "bundle",
                                       "exported")
     q = cfg.get("quantization", {}).get("name") or cfg.get("quantization", {}).get("mode", "")
-    return OnnxEncoder(folder_file(path, cfg["files"][0], "'files'"), tokenizer, cfg["max_len"], threads=threads, device=device,
-                       name=f"onnx{'-' + q if q and q != 'none' else ''} ({path.name})")
+    return OnnxEncoder(folder_file(path, cfg["files"][0], "'files'"), tokenizer, cfg["max_len"], threads=threads,
+                       device=device, name=f"onnx{'-' + q if q and q != 'none' else ''} ({path.name})")
 
 
 # ====================================================================== the whole export
 @dataclass
-class ExportResult:
-    out: Path
-    config: dict
-    parity: ParityReport
-    sizes: dict[str, int]
-    source_bytes: int
-    graph: dict
+class OnnxConverter(Converter):
+    """ONNX's part of :func:`~tinyglot.export.bundle.export_bundle`: trace, optimise, quantize, verify."""
+
+    qcfg: QuantizationConfig = field(default_factory=QuantizationConfig)
+    optimize: str = "transformers"
+    opset: int = OPSET
+    threads: int = 1
+    module_factory: Callable[[Any], Any] | None = None
+    applied: str = ""
+
+    def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
+        heads, hidden = _bert_shape(source.model)
+        factory = self.module_factory or embedding_module_class()
+        say(f"exporting {source.path} ({source.config.get('kind')}) to ONNX (opset {self.opset})")
+        raw = export_module(factory(source.model), work / "raw.onnx", source.tokenizer.vocab_size, source.max_len,
+                            self.opset)
+        self.applied = optimize_graph(raw, work / "opt.onnx", self.optimize, heads, hidden)
+        fp32_bytes = (work / "opt.onnx").stat().st_size
+        if self.qcfg.mode != "none":
+            say(f"quantizing: {self.qcfg.label} ({self.qcfg.mode})")
+        final = quantize_graph(work / "opt.onnx", work / "final.onnx", self.qcfg, tokenizer=source.tokenizer,
+                               max_len=source.max_len, workdir=work)
+        stats = verify_quantized(final, fp32_bytes, self.qcfg.mode)
+        os.replace(final, work / MODEL_FILE)
+        return stats
+
+    def open(self, out: Path, source: Source) -> OnnxEncoder:
+        return OnnxEncoder(out / MODEL_FILE, source.tokenizer, source.max_len, threads=self.threads)
+
+    def gates(self) -> Gates:
+        return Gates.for_mode(self.qcfg.mode)
+
+    def extra(self, stats: dict, exported: Any, source: Source) -> dict:
+        return {"onnx": {"opset": self.opset, "exporter": "torch.onnx legacy (dynamo=False)",
+                         "optimization": self.applied, "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME,
+                         "int8_ops": stats["int8_ops"],
+                         "onnxruntime_only": self.applied == "transformers" or self.qcfg.mode != "none"}}
 
 
 def export_onnx(
@@ -245,7 +232,7 @@ def export_onnx(
     """Export the student or teacher at ``model`` to an ONNX bundle in ``out`` and check its parity.
 
     ``quantization``: a :class:`QuantizationConfig` or a preset name (default ``none``).
-    ``module_factory(source_model)`` builds the module to export (default :class:`EmbeddingModule`).
+    ``module_factory(source_model)`` builds the module to export (default ``EmbeddingModule``).
     The bundle's ``config.json`` is written last; when a parity gate fails (and ``parity_gate``),
     it is not written — the folder keeps ``model.onnx`` and ``parity.json`` for inspection — and a
     TinyglotError lists the failing figures.
@@ -256,54 +243,15 @@ def export_onnx(
     qcfg.validate()
     if optimize not in ("transformers", "ort", "none"):
         raise TinyglotError(f"unknown optimisation {optimize!r}", "use transformers, ort or none")
-    model_path, out = Path(model), Path(out)
-    source, tokenizer, scfg = load_source(model_path)
-    check_bundle_out(model_path, out)
-    max_len = int(scfg["max_len"])
-    vocab = tokenizer.vocab_size
-    heads, hidden = _bert_shape(source)
-    factory = module_factory or _embedding_module_class()
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
-        tmp = Path(tmp)
-        say(f"exporting {model_path} ({scfg.get('kind')}) to ONNX (opset {opset})")
-        raw = export_module(factory(source), tmp / "raw.onnx", vocab, max_len, opset)
-        applied = optimize_graph(raw, tmp / "opt.onnx", optimize, heads, hidden)
-        fp32_bytes = (tmp / "opt.onnx").stat().st_size
-        if qcfg.mode != "none":
-            say(f"quantizing: {qcfg.label} ({qcfg.mode})")
-        final = quantize_graph(tmp / "opt.onnx", tmp / "final.onnx", qcfg, tokenizer=tokenizer, max_len=max_len,
-                               workdir=tmp)
-        stats = verify_quantized(final, fp32_bytes, qcfg.mode)
-        for stale in ("config.json", PARITY):
-            (out / stale).unlink(missing_ok=True)
-        os.replace(final, out / MODEL_FILE)
-    tokenizer.save(out / TOKENIZER)
-
-    from tinyglot.models import TorchEncoder
-
-    say(f"checking parity against the source on up to {max_sentences} pairs per language")
-    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
-    exported = OnnxEncoder(out / MODEL_FILE, tokenizer, max_len, threads=threads)
-    report = check_parity(reference, exported, testset, gates or Gates.for_mode(qcfg.mode),
-                          languages=tokenizer.languages, max_sentences=max_sentences,
-                          label=f"onnx {qcfg.label}")
-    report.write_json(out / PARITY)
-    cfg = bundle_config(
-        loader=LOADER, fmt=FORMAT, model_files=[MODEL_FILE], source=model_path, source_cfg=scfg,
-        tokenizer=tokenizer, dim=int(exported.encode(["a"]).shape[1]), max_len=max_len,
-        quantization=qcfg.to_dict(),
-        extra={"onnx": {"opset": opset, "exporter": "torch.onnx legacy (dynamo=False)", "optimization": applied,
-                        "inputs": list(INPUT_NAMES), "output": OUTPUT_NAME, "int8_ops": stats["int8_ops"],
-                        "onnxruntime_only": applied == "transformers" or qcfg.mode != "none"},
-               "parity": parity_summary(report, parity_gate)},
-    )
-    finalize_bundle(out, cfg, report, parity_gate)
-    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+    converter = OnnxConverter(fmt=FORMAT, loader=LOADER, label=f"onnx {qcfg.label}", quantization=qcfg.to_dict(),
+                              model_files=(MODEL_FILE,), qcfg=qcfg, optimize=optimize, opset=opset, threads=threads,
+                              module_factory=module_factory)
+    return export_bundle(converter, model, out, testset=testset, max_sentences=max_sentences, gates=gates,
+                         parity_gate=parity_gate, say=say)
 
 
 __all__ = [
-    "EmbeddingModule", "ExportResult", "OnnxEncoder", "QuantizationConfig", "calibration_sentences",
+    "ExportResult", "OnnxConverter", "OnnxEncoder", "QuantizationConfig", "calibration_sentences",
     "export_module", "export_onnx", "graph_stats", "load_onnx_bundle", "optimize_graph", "quantize_graph",
     "verify_quantized",
 ]

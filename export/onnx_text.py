@@ -35,9 +35,8 @@ feeds the strings as they are.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,20 +45,8 @@ import numpy as np
 from tinyglot.errors import TinyglotError
 from tinyglot.ortx import ortx_library_path, preload_ortx
 
-from .bundle import (
-    PARITY,
-    TOKENIZER,
-    bundle_config,
-    check_bundle_out,
-    file_sizes,
-    finalize_bundle,
-    load_source,
-    parity_summary,
-    read_bundle,
-    source_size,
-)
-from .onnx import ExportResult
-from .parity import Gates, ParityReport, check_parity, parity_paragraph
+from .bundle import Converter, ExportResult, Source, embedding_module_class, export_bundle, read_bundle
+from .parity import Gates, ParityReport, parity_paragraph
 
 LOADER = "tinyglot.export.onnx_text:load_onnx_text_bundle"
 FORMAT = "onnx-text"
@@ -222,7 +209,7 @@ def check_sentences(sentences: Sequence[str]) -> list[str]:
     return out
 
 
-def raise_on_empty(sentences: Sequence[str], ids: np.ndarray, rows: Sequence[int]) -> None:
+def raise_on_empty(sentences: Sequence[str], ids: np.ndarray, rows: Sequence[int] | np.ndarray) -> None:
     """The Tokenizer's error for a sentence without tokens, found from the graph's ``input_ids``."""
     for k, row in enumerate(rows):
         if not np.any(ids[k] != 0):
@@ -279,6 +266,66 @@ def load_onnx_text_bundle(path: str | Path, threads: int = 1, **_: Any) -> OnnxT
 
 
 # ====================================================================== the whole export
+@dataclass
+class OnnxTextConverter(Converter):
+    """onnx-text's part of :func:`~tinyglot.export.bundle.export_bundle`: the ONNX export (traced,
+    optimised, quantized) with the SentencePiece op in front, checked again in a process that has
+    only onnxruntime + onnxruntime-extensions, and a model card."""
+
+    qcfg: Any = None
+    threads: int = 1
+    standalone: bool = True
+    card: bool = True
+    applied: str = ""
+
+    def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
+        from .onnx import OPSET, _bert_shape, export_module, optimize_graph, quantize_graph, verify_quantized
+
+        heads, hidden = _bert_shape(source.model)
+        say(f"exporting {source.path} ({source.config.get('kind')}) to a string-in ONNX graph (opset {OPSET})")
+        raw = export_module(embedding_module_class()(source.model), work / "raw.onnx", source.tokenizer.vocab_size,
+                            source.max_len, OPSET)
+        self.applied = optimize_graph(raw, work / "opt.onnx", "transformers", heads, hidden)
+        fp32_bytes = (work / "opt.onnx").stat().st_size
+        if self.qcfg.mode != "none":
+            say("quantizing the encoder part: dynamic int8")
+        enc = quantize_graph(work / "opt.onnx", work / "enc.onnx", self.qcfg, tokenizer=source.tokenizer,
+                             max_len=source.max_len, workdir=work)
+        stats = verify_quantized(enc, fp32_bytes, self.qcfg.mode)
+        add_tokenizer(enc, work / MODEL_FILE, source.tokenizer.proto, source.max_len)
+        return stats
+
+    def open(self, out: Path, source: Source) -> OnnxTextEncoder:
+        return OnnxTextEncoder(out / MODEL_FILE, source.max_len, threads=self.threads)
+
+    def gates(self) -> Gates:
+        return gates_for_mode(self.qcfg.mode)
+
+    def verify(self, report: Any, out: Path, source: Source, reference: Any, testset: Any, gates: Any,
+               max_sentences: int, say: Callable[[str], None]) -> None:
+        from .parity import STANDALONE_ONNX, check_standalone
+
+        if self.standalone:
+            say("checking the file in a separate process with onnxruntime + onnxruntime-extensions only")
+            report.standalone = check_standalone(STANDALONE_ONNX, out / MODEL_FILE, reference, source.tokenizer,
+                                                 source.max_len, testset, gates, languages=source.tokenizer.languages,
+                                                 max_sentences=max_sentences, threads=self.threads)
+
+    def extra(self, stats: dict, exported: Any, source: Source) -> dict:
+        from .onnx import OPSET
+
+        return {"onnx": {"opset": OPSET, "optimization": self.applied, "inputs": [INPUT_NAME],
+                         "outputs": [OUTPUT_NAME, IDS_NAME], "int8_ops": stats["int8_ops"],
+                         "custom_ops": f"onnxruntime-extensions ({CONTRIB_DOMAIN}.SentencepieceTokenizer)",
+                         "truncation": f"first {source.max_len} SentencePiece ids of the whole string",
+                         "empty_sentence": "zero vector in the graph; TinyglotError in tinyglot.load"},
+                "tokenisation": "in the graph"}
+
+    def finish(self, out: Path, cfg: dict, report: Any) -> None:
+        if self.card:  # tinyglot run writes its own README.md (with this usage part) after its report
+            write_model_card(out, cfg, report)
+
+
 def export_onnx_text(
     model: str | Path,
     out: str | Path,
@@ -302,77 +349,18 @@ def export_onnx_text(
     cosine and P@1 gates.  ``config.json`` is written last, only if the gates pass (or not
     ``parity_gate``).  ``card``: write the bundle's README.md (usage from Python, Kotlin, Swift, JS).
     """
-    from .onnx import (
-        OPSET,
-        QuantizationConfig,
-        _bert_shape,
-        _embedding_module_class,
-        export_module,
-        optimize_graph,
-        quantize_graph,
-        verify_quantized,
-    )
-    from .parity import STANDALONE_ONNX, check_standalone
+    from .onnx import QuantizationConfig
 
     _require_ortx()
     if quantization not in MODES:
         raise TinyglotError(f"--quantize {quantization} is not available for onnx-text",
                             f"choose one of: {', '.join(MODES)}")
     qcfg = QuantizationConfig.from_name(quantization)
-    model_path, out = Path(model), Path(out)
-    source, tokenizer, scfg = load_source(model_path)
-    check_bundle_out(model_path, out)
-    max_len = int(scfg["max_len"])
-    heads, hidden = _bert_shape(source)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
-        tmp = Path(tmp)
-        say(f"exporting {model_path} ({scfg.get('kind')}) to a string-in ONNX graph (opset {OPSET})")
-        raw = export_module(_embedding_module_class()(source), tmp / "raw.onnx", tokenizer.vocab_size, max_len,
-                            OPSET)
-        applied = optimize_graph(raw, tmp / "opt.onnx", "transformers", heads, hidden)
-        fp32_bytes = (tmp / "opt.onnx").stat().st_size
-        if qcfg.mode != "none":
-            say("quantizing the encoder part: dynamic int8")
-        enc = quantize_graph(tmp / "opt.onnx", tmp / "enc.onnx", qcfg, tokenizer=tokenizer, max_len=max_len,
-                             workdir=tmp)
-        stats = verify_quantized(enc, fp32_bytes, qcfg.mode)
-        final = add_tokenizer(enc, tmp / "final.onnx", tokenizer.proto, max_len)
-        for stale in ("config.json", PARITY):
-            (out / stale).unlink(missing_ok=True)
-        os.replace(final, out / MODEL_FILE)
-    tokenizer.save(out / TOKENIZER)
-
-    from tinyglot.models import TorchEncoder
-
-    gates = gates or gates_for_mode(qcfg.mode)
-    say(f"checking parity against the source on up to {max_sentences} pairs per language")
-    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
-    exported = OnnxTextEncoder(out / MODEL_FILE, max_len, threads=threads)
-    report = check_parity(reference, exported, testset, gates, languages=tokenizer.languages,
-                          max_sentences=max_sentences, label=f"onnx-text {qcfg.label}")
-    if standalone:
-        say("checking the file in a separate process with onnxruntime + onnxruntime-extensions only")
-        report.standalone = check_standalone(STANDALONE_ONNX, out / MODEL_FILE, reference, tokenizer, max_len,
-                                             testset, gates, languages=tokenizer.languages,
-                                             max_sentences=max_sentences, threads=threads)
-    report.write_json(out / PARITY)
-    dim = int(exported.encode(["a"]).shape[1])
-    cfg = bundle_config(
-        loader=LOADER, fmt=FORMAT, model_files=[MODEL_FILE], source=model_path, source_cfg=scfg,
-        tokenizer=tokenizer, dim=dim, max_len=max_len, quantization=qcfg.to_dict(),
-        extra={"onnx": {"opset": OPSET, "optimization": applied, "inputs": [INPUT_NAME],
-                        "outputs": [OUTPUT_NAME, IDS_NAME], "int8_ops": stats["int8_ops"],
-                        "custom_ops": f"onnxruntime-extensions ({CONTRIB_DOMAIN}.SentencepieceTokenizer)",
-                        "truncation": f"first {max_len} SentencePiece ids of the whole string",
-                        "empty_sentence": "zero vector in the graph; TinyglotError in tinyglot.load"},
-               "tokenisation": "in the graph",
-               "parity": parity_summary(report, parity_gate)},
-    )
-    if card:  # tinyglot run writes its own README.md (with this usage part) after its report
-        write_model_card(out, cfg, report)
-    finalize_bundle(out, cfg, report, parity_gate)
-    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+    converter = OnnxTextConverter(fmt=FORMAT, loader=LOADER, label=f"onnx-text {qcfg.label}",
+                                  quantization=qcfg.to_dict(), model_files=(MODEL_FILE,), qcfg=qcfg, threads=threads,
+                                  standalone=standalone, card=card)
+    return export_bundle(converter, model, out, testset=testset, max_sentences=max_sentences, gates=gates,
+                         parity_gate=parity_gate, say=say)
 
 
 # ====================================================================== model card

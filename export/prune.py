@@ -170,7 +170,9 @@ def prune_tokenizer(tokenizer, sentences: Sequence[str], languages: Sequence[str
 
     ``min_script_share``: a script counts as one of the languages' scripts (all its single
     characters kept) when it has at least this share of the sentences' letters."""
-    from sentencepiece import sentencepiece_model_pb2 as pb
+    from sentencepiece import sentencepiece_model_pb2
+
+    pb: Any = sentencepiece_model_pb2  # generated protobuf classes: no stubs
 
     from tinyglot.tokenizer import Tokenizer, _LANG_PIECE
 
@@ -216,12 +218,13 @@ def prune_tokenizer(tokenizer, sentences: Sequence[str], languages: Sequence[str
         raise TinyglotError("pruning moved the pad/unk ids", "report this with the tokenizer.model")
     # verification: the same pieces for every sentence the vocabulary was pruned on
     bad = 0
-    example = None
+    example: tuple[str, list[str], list[str]] = ("", [], [])
     for s, old in zip(sentences, ids_per_sentence, strict=True):
         new_ids = pruned.tokenize(s)
         if [tokenizer.piece(i) for i in old] != [pruned.piece(i) for i in new_ids]:
             bad += 1
-            example = example or (s, [tokenizer.piece(i) for i in old][:10], [pruned.piece(i) for i in new_ids][:10])
+            if bad == 1:
+                example = (s, [tokenizer.piece(i) for i in old][:10], [pruned.piece(i) for i in new_ids][:10])
     if bad:
         raise TinyglotError(f"the pruned vocabulary segments {bad} of {len(sentences)} sentences differently, "
                             f"e.g. {example[0]!r}: {example[1]} -> {example[2]}",
@@ -230,7 +233,11 @@ def prune_tokenizer(tokenizer, sentences: Sequence[str], languages: Sequence[str
 
 
 def prune_embeddings(model, kept: Sequence[int]) -> None:
-    """Keep the rows ``kept`` of the student's word embeddings (in place; ids remapped in order)."""
+    """Keep the rows ``kept`` of the student's word embeddings (in place; ids remapped in order).
+
+    ``model.encoder`` is a ``transformers`` model (BertModel, AlbertModel: its input embeddings are the
+    vocabulary table, whatever their width); a model with its own ``cfg`` (LEALLA students) records
+    the new vocabulary size there too."""
     import torch
 
     bert = model.encoder
@@ -242,11 +249,15 @@ def prune_embeddings(model, kept: Sequence[int]) -> None:
         new.weight.copy_(weight)
     bert.set_input_embeddings(new)
     bert.config.vocab_size = len(kept)
-    model.cfg.vocab_size = len(kept)
+    if hasattr(model, "cfg"):
+        model.cfg.vocab_size = len(kept)
 
 
 def _weights_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in (folder / "model").iterdir() if p.is_file())
+    from tinyglot.models import read_model_config
+    from tinyglot.registry import source_size
+
+    return source_size(folder, read_model_config(folder))
 
 
 def _p1(encoder, testset) -> dict[str, float]:
@@ -272,15 +283,18 @@ def prune_student(
 
     Raises TinyglotError (and leaves ``out`` without config.json) when the segmentation changes or
     P@1 of a kept language drops by more than ``max_p1_drop`` points."""
-    from tinyglot.distill.student import KIND, load_student_model, save_student
-    from tinyglot.models import TorchEncoder
+    from tinyglot.models import TorchEncoder, read_model_config
+    from tinyglot.registry import kind_of
 
     source, out = Path(source), Path(out)
     if out.resolve() == source.resolve():
         raise TinyglotError("the pruned student's folder is the source folder", "pass another folder")
-    model, tokenizer, cfg = load_student_model(source)
-    if cfg.get("kind") != KIND:  # pragma: no cover - load_student_model checks it
-        raise TinyglotError(f"{source} is not a student")
+    kind = kind_of(source, read_model_config(source)) if source.exists() else None
+    if kind is None or not kind.can_prune:
+        raise TinyglotError(f"{source} is not a student whose vocabulary can be pruned"
+                            + (f" (a {kind.name} is a torch checkpoint, not a transformers folder)" if kind else ""),
+                            "prune a student folder written by `tinyglot distill`")
+    model, tokenizer, cfg = kind.function("load")(source)
     sentences, langs, corpus_name = pruning_sentences(languages, corpus, max_sentences_per_language)
     unknown = [x for x in langs if x not in tokenizer.languages]
     if unknown:
@@ -313,7 +327,7 @@ def prune_student(
             f"vocabulary pruning costs {result.worst_drop:.2f} points of P@1 on {worst} "
             f"({result.p1_before[worst]:.2f} -> {result.p1_after[worst]:.2f}) > {max_p1_drop}",
             "prune on a larger --corpus of those languages, or do not prune")
-    save_student(model, pruned_tok, out, extra={"pruned_from": str(source.resolve())})
+    kind.function("save")(model, pruned_tok, out, cfg, {"pruned_from": str(source.resolve())})
     result.weights_bytes_after = _weights_bytes(out)
     cfg_out = json.loads((out / "config.json").read_text(encoding="utf-8"))
     cfg_out["pruning"] = result.to_dict()

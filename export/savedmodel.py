@@ -15,7 +15,9 @@ The bundle folder IS the SavedModel (``saved_model.pb`` + ``variables/``), with 
    upper-cased copies of them;
 2. truncation to the first ``max_len`` ids (like :meth:`tinyglot.tokenizer.Tokenizer.encode_ids`:
    the whole string is tokenised, no character cut), padding, attention mask;
-3. the encoder: ``transformers.TFBertModel.from_pretrained(student/model, from_pt=True)``;
+3. the encoder: the TensorFlow twin of the student's transformers model,
+   ``transformers.TFAutoModel.from_pretrained(student/model, from_pt=True)`` (TFBertModel for a
+   LEALLA student, TFAlbertModel for a multi-stage student; see :mod:`tinyglot.registry`);
 4. mean pooling over the mask (``tf.expand_dims``, TOOLCHAIN) and L2 normalisation.
 
 Signatures: ``serving_default`` (``sentences``: string ``[None]`` -> ``sentence_embedding``) and
@@ -23,7 +25,7 @@ Signatures: ``serving_default`` (``sentences``: string ``[None]`` -> ``sentence_
 
 TensorFlow and transformers: ``tinyglot`` sets ``USE_TF=0`` (torch-only processes import
 transformers faster and do not oversubscribe threads), and transformers decides at import time
-whether its TF classes exist.  So the TF part of the export (``TFBertModel`` + ``tf.saved_model.save``)
+whether its TF classes exist.  So the TF part of the export (``TFAutoModel`` + ``tf.saved_model.save``)
 runs in a SUBPROCESS started with ``USE_TF=1`` (``python -m tinyglot.export.savedmodel``), whatever
 the parent process imported before.  Loading a bundle needs TensorFlow, ``tensorflow_hub`` and
 ``tensorflow_text`` but not transformers, so it runs in-process.
@@ -33,11 +35,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
@@ -46,10 +48,10 @@ import numpy as np
 
 from tinyglot.encoder import encode_by_length
 from tinyglot.errors import TinyglotError
+from tinyglot.registry import KINDS
 
-from .bundle import PARITY, STUDENT_KIND, TOKENIZER, bundle_config, load_source, read_bundle, source_size, \
-    finalize_bundle, parity_summary, check_bundle_out
-from .parity import Gates, check_parity
+from .bundle import TOKENIZER, Converter, ExportResult, Source, export_bundle, open_source, read_bundle
+from .parity import Gates
 
 LOADER = "tinyglot.export.savedmodel:load_savedmodel_bundle"
 FORMAT = "savedmodel"
@@ -85,7 +87,7 @@ def _tf_threads(threads: int) -> None:
 
 # ====================================================================== the TF graph (subprocess)
 def _build_module(bert, sp_proto: bytes, max_len: int, pooling: str = "mean"):
-    """The ``tf.Module`` saved as the bundle: raw strings -> tokens -> TFBertModel -> pooled, normalised."""
+    """The ``tf.Module`` saved as the bundle: raw strings -> tokens -> the TF encoder -> pooled, normalised."""
     import tensorflow as tf
     import tensorflow_text as tf_text
 
@@ -137,11 +139,9 @@ def _build(spec: dict) -> dict:
 
     _tf_threads(spec.get("threads", 1))
     import tensorflow_text  # noqa: F401
-    from transformers import TFBertModel
-
     model_dir, out = Path(spec["model_dir"]), Path(spec["out"])
     sp_proto = Path(spec["tokenizer"]).read_bytes()
-    bert = TFBertModel.from_pretrained(str(model_dir), from_pt=True, add_pooling_layer=False)
+    bert = tf_twin(model_dir)
     module = _build_module(bert, sp_proto, int(spec["max_len"]), spec.get("pooling", "mean"))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
@@ -164,6 +164,17 @@ def _build(spec: dict) -> dict:
     graph_ids = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)] if sentences else []
     return {"graph_ids": graph_ids, "save_seconds": saved_s, "tf_version": tf.__version__,
             "variables": int(sum(int(np.prod(v.shape)) for v in module.trainable_variables))}
+
+
+def tf_twin(model_dir: Path):
+    """The TensorFlow class of the transformers model saved in ``model_dir``, with its weights
+    (``from_pt``).  BERT is built without its pooler (unused: the graph mean-pools); TFAlbertModel
+    takes no such option, so its pooler exists but is not called."""
+    from transformers import AutoConfig, TFAutoModel
+
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    options = {"add_pooling_layer": False} if config.model_type == "bert" else {}
+    return TFAutoModel.from_pretrained(str(model_dir), from_pt=True, local_files_only=True, **options)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -280,6 +291,73 @@ def _token_check(tokenizer, sentences: Sequence[str], graph_ids: Sequence[Sequen
             "the graph must embed the same tokenizer.model (same normaliser, e.g. nmt_nfkc_cf lower-casing)")
 
 
+SAVEDMODEL_ITEMS = ("saved_model.pb", "fingerprint.pb", "variables", "assets")
+
+
+@dataclass
+class SavedModelConverter(Converter):
+    """SavedModel's part of :func:`~tinyglot.export.bundle.export_bundle`: the TF twin of the source's
+    transformers folder (built in a ``USE_TF=1`` subprocess) with the tokenizer in the graph, and the
+    check that the graph tokenises like tinyglot."""
+
+    threads: int = 1
+    check_sentences: list[str] = field(default_factory=list)
+    graph_tokenizer: bytes | None = None
+    pooling: str = "mean"
+    build: dict = field(default_factory=dict)
+
+    def check(self, source: Source) -> None:
+        folder = KINDS[source.config["kind"]].transformers_folder
+        if folder is None:
+            raise TinyglotError(f"SavedModel export needs a transformers model folder; a {source.config['kind']!r} "
+                                "is a torch checkpoint", "export the teacher with --format onnx or tflite")
+        if source.config.get("extra_weights"):
+            raise TinyglotError(f"SavedModel export covers the transformers model only; {source.path} has "
+                                f"{', '.join(source.config['extra_weights'])} on top",
+                                "export it with --format onnx or tflite")
+
+    def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
+        tok_path = work / TOKENIZER
+        tok_path.write_bytes(self.graph_tokenizer if self.graph_tokenizer is not None else source.tokenizer.proto)
+        folder = source.path / str(KINDS[source.config["kind"]].transformers_folder)
+        say(f"building the SavedModel of {source.path} in a TensorFlow subprocess (USE_TF=1)")
+        t0 = time.perf_counter()
+        self.build = build_savedmodel(folder, tok_path, work / "sm", source.max_len,
+                                      check_sentences=self.check_sentences, threads=self.threads,
+                                      pooling=self.pooling)
+        self.build["seconds"] = time.perf_counter() - t0
+        _token_check(source.tokenizer, self.check_sentences, self.build["graph_ids"], source.max_len)
+        self.model_files = tuple(item.name for item in (work / "sm").iterdir())
+        for name in self.model_files:
+            os.replace(work / "sm" / name, work / name)
+        return {}
+
+    def open(self, out: Path, source: Source) -> SavedModelEncoder:
+        return SavedModelEncoder(out, source.max_len, threads=self.threads)
+
+    def gates(self) -> Gates:
+        return Gates.for_mode("none")
+
+    def files(self, out: Path) -> list[str]:
+        return [name for name in _tree_sizes(out) if name.split("/")[0] in SAVEDMODEL_ITEMS]
+
+    def sizes(self, out: Path) -> dict[str, int]:
+        return _tree_sizes(out)
+
+    def extra(self, stats: dict, exported: Any, source: Source) -> dict:
+        files, sizes = self.files(exported.path), _tree_sizes(exported.path)
+        stats.update(files=files, bytes=sum(sizes[f] for f in files))
+        return {"savedmodel": {
+            "inputs": "raw strings", "signatures": {
+                STRING_SIGNATURE: {"sentences": "string [None]", OUTPUT_NAME: "float32 [None, dim]"},
+                IDS_SIGNATURE: {"input_ids": "int32 [None, None]", "attention_mask": "int32 [None, None]",
+                                OUTPUT_NAME: "float32 [None, dim]"}},
+            "tokenization": "tensorflow_text.SentencepieceTokenizer (tokenizer.model in the graph)",
+            "load": "tensorflow_hub.KerasLayer(bundle) after `import tensorflow_text`",
+            "tokenization_checked": len(self.check_sentences), "tf_version": self.build["tf_version"],
+            "build_seconds": round(self.build["seconds"], 1)}}
+
+
 def export_savedmodel(
     model: str | Path,
     out: str | Path,
@@ -294,8 +372,9 @@ def export_savedmodel(
     graph_tokenizer: bytes | None = None,
     pooling: str = "mean",
     say: Callable[[str], None] = lambda msg: None,
-):
-    """Export the student at ``model`` to a raw-string SavedModel bundle in ``out`` and check parity.
+) -> ExportResult:
+    """Export the student at ``model`` (any kind with a transformers folder: LEALLA, multi-stage) to a
+    raw-string SavedModel bundle in ``out`` and check parity.
 
     Only ``quantization="none"``.  ``graph_tokenizer`` (tests) embeds another SentencePiece proto
     in the graph; ``pooling="first"`` (tests) builds a broken graph; both must be caught.
@@ -303,78 +382,31 @@ def export_savedmodel(
     for the parity gates; the tokenisation check always fails loudly).
     """
     _require_tf(build=True)
-    from .onnx import ExportResult
-
     if (quantization or "none") not in MODES:
         raise TinyglotError(f"SavedModel export supports no quantization ({quantization!r})",
                             "use --quantize none, or --format tflite/onnx for int8 and fp16")
-    model_path, out = Path(model), Path(out)
-    source, tokenizer, scfg = load_source(model_path)
-    if scfg.get("kind") != STUDENT_KIND:
-        raise TinyglotError(f"SavedModel export supports students (a transformers BertModel), not {scfg.get('kind')!r}",
-                            "export the teacher with --format onnx or tflite")
-    check_bundle_out(model_path, out)
-    max_len = int(scfg["max_len"])
+    source, out = open_source(model, out)
+    max_len = source.max_len
     # sentences for the tokenisation check: the parity sentences, upper-cased copies, and edge cases
     if testset is None:
         from tinyglot.data.embedded import load_testset
 
         testset = load_testset()
-    langs = set(tokenizer.languages)
+    langs = set(source.tokenizer.languages)
     check = [s for lang, pairs in testset.items() if lang in langs
              for p in list(pairs)[:max_sentences] for s in (p.x, p.en)]
     check = check + [s.upper() for s in check[:200]] + ["HELLO World", "ÄÖÜ Straße", "ＦＵＬＬＷＩＤＴＨ ｶﾀｶﾅ",
                                                        "x " * (4 * max_len)]
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("config.json", PARITY):
-        (out / stale).unlink(missing_ok=True)
-    for stale in ("saved_model.pb", "fingerprint.pb"):
-        (out / stale).unlink(missing_ok=True)
-    for stale in ("variables", "assets"):
-        shutil.rmtree(out / stale, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
-        tok_path = Path(tmp) / TOKENIZER
-        tok_path.write_bytes(graph_tokenizer if graph_tokenizer is not None else tokenizer.proto)
-        say(f"building the SavedModel of {model_path} in a TensorFlow subprocess (USE_TF=1)")
-        t0 = time.perf_counter()
-        report_build = build_savedmodel(model_path / "model", tok_path, Path(tmp) / "sm", max_len,
-                                        check_sentences=check, threads=threads, pooling=pooling)
-        build_s = time.perf_counter() - t0
-        _token_check(tokenizer, check, report_build["graph_ids"], max_len)
-        for item in (Path(tmp) / "sm").iterdir():
-            os.replace(item, out / item.name)
-    tokenizer.save(out / TOKENIZER)
-    say(f"checking parity against the source on up to {max_sentences} pairs per language")
-    from tinyglot.models import TorchEncoder
-
-    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
-    exported = SavedModelEncoder(out, max_len, threads=threads)
-    report = check_parity(reference, exported, testset, gates or Gates.for_mode("none"),
-                          languages=tokenizer.languages, max_sentences=max_sentences, label="savedmodel")
-    report.write_json(out / PARITY)
-    sm_files = [name for name in _tree_sizes(out) if name == "saved_model.pb" or name.startswith("variables/")
-                or name == "fingerprint.pb" or name.startswith("assets/")]
-    cfg = bundle_config(
-        loader=LOADER, fmt=FORMAT, model_files=sm_files, source=model_path, source_cfg=scfg,
-        tokenizer=tokenizer, dim=int(exported.encode(["a"]).shape[1]), max_len=max_len,
-        quantization={"mode": "none", "name": "none"},
-        extra={"savedmodel": {"inputs": "raw strings", "signatures": {
-                   STRING_SIGNATURE: {"sentences": "string [None]", OUTPUT_NAME: "float32 [None, dim]"},
-                   IDS_SIGNATURE: {"input_ids": "int32 [None, None]", "attention_mask": "int32 [None, None]",
-                                   OUTPUT_NAME: "float32 [None, dim]"}},
-                   "tokenization": "tensorflow_text.SentencepieceTokenizer (tokenizer.model in the graph)",
-                   "load": "tensorflow_hub.KerasLayer(bundle) after `import tensorflow_text`",
-                   "tokenization_checked": len(check), "tf_version": report_build["tf_version"],
-                   "build_seconds": round(build_s, 1)},
-               "parity": parity_summary(report, parity_gate),
-               **(extra_config or {})},
-    )
-    finalize_bundle(out, cfg, report, parity_gate)
-    stats = {"files": sm_files, "bytes": sum(_tree_sizes(out)[f] for f in sm_files)}
-    return ExportResult(out, cfg, report, _tree_sizes(out), source_size(model_path, scfg), stats)
+    converter = SavedModelConverter(fmt=FORMAT, loader=LOADER, label="savedmodel",
+                                    quantization={"mode": "none", "name": "none"}, stale=SAVEDMODEL_ITEMS,
+                                    threads=threads, check_sentences=check, graph_tokenizer=graph_tokenizer,
+                                    pooling=pooling)
+    return export_bundle(converter, model, out, source=source, testset=testset, max_sentences=max_sentences,
+                         gates=gates, parity_gate=parity_gate, extra_config=extra_config, say=say)
 
 
-__all__ = ["SavedModelEncoder", "build_savedmodel", "export_savedmodel", "load_savedmodel_bundle"]
+__all__ = ["SavedModelConverter", "SavedModelEncoder", "build_savedmodel", "export_savedmodel",
+           "load_savedmodel_bundle"]
 
 
 if __name__ == "__main__":

@@ -33,9 +33,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator, Sequence
@@ -44,9 +43,9 @@ import numpy as np
 
 from tinyglot.errors import TinyglotError
 
-from .bundle import PARITY, TOKENIZER, bundle_config, file_sizes, load_source, read_bundle, source_size, \
-    finalize_bundle, parity_summary, check_bundle_out, encode_token_batches
-from .parity import Gates, check_parity
+from .bundle import TOKENIZER, Converter, ExportResult, Source, eager_attention, embedding_module_class, \
+    encode_token_batches, export_bundle, open_source, read_bundle
+from .parity import Gates
 
 LITERT_PROGRESS = "LITERT_TORCH_SHOW_PROGRESS"
 
@@ -98,7 +97,7 @@ def parse_ints(text: str | Sequence[int] | None, what: str = "buckets") -> tuple
     return tuple(values)
 
 
-def resolve_buckets(buckets: Sequence[int] | None, max_len: int) -> tuple[int, ...]:
+def resolve_buckets(buckets: Sequence[int] | str | None, max_len: int) -> tuple[int, ...]:
     """Sequence buckets clipped to the model's ``max_len``; ``max_len`` is always the largest one,
     so that no sentence is cut shorter than in the source model."""
     values = parse_ints(buckets if buckets is not None else DEFAULT_BUCKETS) or ()
@@ -129,8 +128,6 @@ def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], 
 
     import litert_torch
 
-    from .onnx import _eager_attention
-
     path = Path(path)
     module.eval()
     qcfg = _quant_config(mode)
@@ -145,8 +142,10 @@ def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], 
         conv = (litert_torch if conv is None else conv).signature(signature_name(batch, seq), module,
                                                                    sample_kwargs=kwargs)
     inner = getattr(module, "model", module)
+    if conv is None:
+        raise TinyglotError("no signature to convert", "pass at least one batch size and sequence bucket")
     try:
-        with quiet_litert(), _eager_attention(inner), torch.no_grad():
+        with quiet_litert(), eager_attention(inner), torch.no_grad():
             edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
         edge.export(str(path))
     except TinyglotError:
@@ -428,6 +427,44 @@ def _n_params(module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+@dataclass
+class TFLiteConverter(Converter):
+    """TFLite's part of :func:`~tinyglot.export.bundle.export_bundle`: litert-torch conversion with one
+    signature per (batch, bucket), shortened tensor names, quantization check."""
+
+    mode: str = "none"
+    shapes: tuple[tuple[int, int], ...] = ()
+    threads: int = 1
+    module_factory: Callable[[Any], Any] | None = None
+    renamed: dict = field(default_factory=dict)
+
+    def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
+        factory = self.module_factory or embedding_module_class()
+        batches = sorted({b for b, _ in self.shapes})
+        seqs = sorted({s for _, s in self.shapes})
+        say(f"converting {source.path} ({source.config.get('kind')}) with litert-torch: {len(self.shapes)} "
+            f"signatures (batches {batches} x buckets {seqs}), quantization {self.mode}")
+        final = convert_module(factory(source.model), work / MODEL_FILE, self.shapes, self.mode,
+                               source.tokenizer.vocab_size)
+        self.renamed = shorten_tensor_names(final)
+        return verify_quantized(final, self.mode, 4 * _n_params(source.model))
+
+    def open(self, out: Path, source: Source) -> TFLiteEncoder:
+        return TFLiteEncoder(out / MODEL_FILE, source.tokenizer, source.max_len, threads=self.threads)
+
+    def gates(self) -> Gates:
+        return Gates.for_mode(self.mode)
+
+    def extra(self, stats: dict, exported: Any, source: Source) -> dict:
+        return {"tflite": {"converter": "litert-torch", "buckets": sorted({s for _, s in self.shapes}),
+                           "batch_sizes": list(dict.fromkeys(b for b, _ in self.shapes)),
+                           "signatures": [{"name": s.name, "batch": s.batch, "seq": s.seq}
+                                          for s in exported.signatures],
+                           "inputs": list(INPUT_NAMES), "input_dtype": "int32",
+                           "weights": stats["weights"], "weight_bytes": stats["weight_bytes"],
+                           "bytes_before_renaming": self.renamed["bytes_before"]}}
+
+
 def export_tflite(
     model: str | Path,
     out: str | Path,
@@ -443,7 +480,7 @@ def export_tflite(
     module_factory: Callable[[Any], Any] | None = None,
     extra_config: dict | None = None,
     say: Callable[[str], None] = lambda msg: None,
-):
+) -> ExportResult:
     """Export the student or teacher at ``model`` to a TFLite bundle in ``out`` and check its parity.
 
     ``quantization``: ``none`` | ``dynamic`` (int8 dynamic range) | ``fp16``.  ``buckets``:
@@ -451,63 +488,28 @@ def export_tflite(
     ``batch_sizes``: the batch of each signature (one signature per batch x bucket).
     ``module_factory(source_model)`` builds the module to convert (default ``EmbeddingModule``).
     As for ONNX, ``config.json`` is written last and only if the parity gates pass (or
-    ``parity_gate=False``).  Returns an :class:`~tinyglot.export.onnx.ExportResult`.
+    ``parity_gate=False``).  Returns an :class:`~tinyglot.export.bundle.ExportResult`.
     """
     _require_litert(convert=True)
-    from .onnx import ExportResult, _embedding_module_class
-
     mode = quantization or "none"
     if mode not in MODES:
         raise TinyglotError(f"unknown TFLite quantization {mode!r}", f"choose one of: {', '.join(MODES)}")
-    model_path, out = Path(model), Path(out)
-    source, tokenizer, scfg = load_source(model_path)
-    check_bundle_out(model_path, out)
-    max_len = int(scfg["max_len"])
-    seqs = resolve_buckets(buckets, max_len)
-    batches = parse_ints(batch_sizes if batch_sizes is not None else DEFAULT_BATCH_SIZES, "batch-sizes")
-    shapes = [(b, s) for s in seqs for b in batches]
-    factory = module_factory or _embedding_module_class()
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
-        say(f"converting {model_path} ({scfg.get('kind')}) with litert-torch: {len(shapes)} signatures "
-            f"(batches {list(batches)} x buckets {list(seqs)}), quantization {mode}")
-        final = convert_module(factory(source), Path(tmp) / MODEL_FILE, shapes, mode, tokenizer.vocab_size)
-        renamed = shorten_tensor_names(final)
-        stats = verify_quantized(final, mode, 4 * _n_params(source))
-        for stale in ("config.json", PARITY):
-            (out / stale).unlink(missing_ok=True)
-        os.replace(final, out / MODEL_FILE)
-    tokenizer.save(out / TOKENIZER)
-
-    from tinyglot.models import TorchEncoder
-
-    say(f"checking parity against the source on up to {max_sentences} pairs per language")
-    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
-    exported = TFLiteEncoder(out / MODEL_FILE, tokenizer, max_len, threads=threads)
-    report = check_parity(reference, exported, testset, gates or Gates.for_mode(mode),
-                          languages=tokenizer.languages, max_sentences=max_sentences, label=f"tflite {mode}")
-    report.write_json(out / PARITY)
+    source, out = open_source(model, out)
+    seqs = resolve_buckets(buckets, source.max_len)
+    batches = parse_ints(batch_sizes if batch_sizes is not None else DEFAULT_BATCH_SIZES, "batch-sizes") or ()
     qdict = {"mode": mode, "name": mode,
              "recipe": {"none": None, "dynamic": "quant_recipes.full_dynamic_recipe",
                         "fp16": "quant_recipes.full_fp16_recipe"}[mode]}
-    cfg = bundle_config(
-        loader=LOADER, fmt=FORMAT, model_files=[MODEL_FILE], source=model_path, source_cfg=scfg,
-        tokenizer=tokenizer, dim=int(exported.encode(["a"]).shape[1]), max_len=max_len, quantization=qdict,
-        extra={"tflite": {"converter": "litert-torch", "buckets": list(seqs), "batch_sizes": list(batches),
-                          "signatures": [{"name": s.name, "batch": s.batch, "seq": s.seq}
-                                         for s in exported.signatures],
-                          "inputs": list(INPUT_NAMES), "input_dtype": "int32",
-                          "weights": stats["weights"], "weight_bytes": stats["weight_bytes"],
-                          "bytes_before_renaming": renamed["bytes_before"]},
-               "parity": parity_summary(report, parity_gate),
-               **(extra_config or {})},
-    )
-    finalize_bundle(out, cfg, report, parity_gate)
-    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+    shapes = tuple((b, s) for s in seqs for b in batches)
+    converter = TFLiteConverter(fmt=FORMAT, loader=LOADER, label=f"tflite {mode}", quantization=qdict,
+                                model_files=(MODEL_FILE,), mode=mode, shapes=shapes, threads=threads,
+                                module_factory=module_factory)
+    return export_bundle(converter, model, out, source=source, testset=testset, max_sentences=max_sentences,
+                         gates=gates, parity_gate=parity_gate, extra_config=extra_config, say=say)
 
 
 __all__ = [
-    "DEFAULT_BATCH_SIZES", "DEFAULT_BUCKETS", "TFLiteEncoder", "convert_module", "export_tflite",
+    "DEFAULT_BATCH_SIZES", "DEFAULT_BUCKETS", "TFLiteConverter", "TFLiteEncoder", "convert_module", "export_tflite",
     "load_tflite_bundle", "parse_ints", "resolve_buckets", "shorten_tensor_names", "signature_name", "tflite_stats",
     "verify_quantized",
 ]

@@ -31,14 +31,14 @@ SentencePiece tokenizer options, ``metadata_version.cc``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import sys
-import tempfile
 import threading
 import types
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,20 +46,8 @@ import numpy as np
 
 from tinyglot.errors import TinyglotError
 
-from .bundle import (
-    PARITY,
-    TOKENIZER,
-    bundle_config,
-    check_bundle_out,
-    file_sizes,
-    finalize_bundle,
-    load_source,
-    parity_summary,
-    read_bundle,
-    source_size,
-)
-from .onnx import ExportResult
-from .parity import Gates, ParityReport, check_parity, parity_paragraph
+from .bundle import TOKENIZER, Converter, ExportResult, Source, eager_attention, export_bundle, read_bundle
+from .parity import Gates, ParityReport, parity_paragraph
 
 LOADER = "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle"
 FORMAT = "tflite-mediapipe"
@@ -130,7 +118,6 @@ def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) 
     import litert_torch
     import torch
 
-    from .onnx import _eager_attention
     from .tflite import _quant_config, quiet_litert
 
     seq = int(max_len) + 2
@@ -142,7 +129,7 @@ def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) 
     module.eval()
     qcfg = _quant_config(mode)
     try:
-        with quiet_litert(), _eager_attention(getattr(module, "model", module)), torch.no_grad():
+        with quiet_litert(), eager_attention(getattr(module, "model", module)), torch.no_grad():
             conv = litert_torch.signature(SIGNATURE, module, sample_kwargs=kwargs)
             edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
         edge.export(str(path))
@@ -182,7 +169,7 @@ def _metadata_writer():
         for i in range(3, len(parts)):
             sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
         sys.modules[name] = shim
-        sys.modules[".".join(parts[:-1])]._pywrap_metadata_version = shim  # type: ignore[attr-defined]
+        sys.modules[".".join(parts[:-1])]._pywrap_metadata_version = shim
     from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
 
     return metadata_writer
@@ -235,10 +222,8 @@ class MediaPipeTextEncoder:
         # close before that (threading's own exit hooks), when the hook exists
         register = getattr(threading, "_register_atexit", None)
         if register is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # already shutting down
                 register(self._closer)
-            except RuntimeError:  # already shutting down
-                pass
 
     def run_text(self, text: str) -> tuple[np.ndarray, list[int]]:
         """``(embedding, token ids)`` of one string, straight from MediaPipe (no checks)."""
@@ -277,6 +262,78 @@ def load_tflite_mediapipe_bundle(path: str | Path, **_: Any) -> MediaPipeTextEnc
 
 
 # ====================================================================== the whole export
+@dataclass
+class MediaPipeConverter(Converter):
+    """tflite-mediapipe's part of :func:`~tinyglot.export.bundle.export_bundle`: litert-torch conversion
+    with MediaPipe's BERT text-embedder metadata (the tokenizer inside), parity through MediaPipe's
+    TextEmbedder, again in a process with mediapipe only, and a model card."""
+
+    mode: str = "none"
+    threads: int = 1
+    standalone: bool = True
+    card: bool = True
+    width: int = 0
+
+    def check(self, source: Source) -> None:
+        if not source.tokenizer.folds_case:
+            raise TinyglotError(
+                f"the vocabulary of {source.path} is case-sensitive, and MediaPipe lower-cases ASCII before "
+                "SentencePiece: its ids would differ from tinyglot's",
+                "train the student on a case-folding vocabulary (`tinyglot data vocab` without --keep-case), "
+                "or export --format onnx-text")
+
+    def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
+        from .tflite import _n_params, shorten_tensor_names, verify_quantized
+
+        max_len = source.max_len
+        self.width = int(source.reference().encode(["a"]).shape[1])
+        say(f"converting {source.path} ({source.config.get('kind')}) with litert-torch for MediaPipe: inputs "
+            f"[1, {max_len + 2}], quantization {self.mode}")
+        raw = convert(mediapipe_module_class()(source.model), work / "raw.tflite", max_len, self.mode,
+                      source.tokenizer.vocab_size)
+        shorten_tensor_names(raw)
+        stats = verify_quantized(raw, self.mode, 4 * _n_params(source.model))
+        source.tokenizer.save(work / TOKENIZER)
+        write_metadata(raw, work / MODEL_FILE, work / TOKENIZER, self.width, max_len)
+        return stats
+
+    def open(self, out: Path, source: Source) -> MediaPipeTextEncoder:
+        return MediaPipeTextEncoder(out / MODEL_FILE, source.max_len)
+
+    def gates(self) -> Gates:
+        return gates_for_mode(self.mode)
+
+    def dim(self, exported: Any, reference: Any) -> int:
+        return self.width
+
+    def verify(self, report: Any, out: Path, source: Source, reference: Any, testset: Any, gates: Any,
+               max_sentences: int, say: Callable[[str], None]) -> None:
+        from .parity import STANDALONE_MEDIAPIPE, check_standalone
+
+        if self.standalone:
+            say("checking the file in a separate process with mediapipe only")
+            report.standalone = check_standalone(STANDALONE_MEDIAPIPE, out / MODEL_FILE, reference, source.tokenizer,
+                                                 source.max_len, testset, gates, languages=source.tokenizer.languages,
+                                                 max_sentences=max_sentences, threads=self.threads)
+
+    def extra(self, stats: dict, exported: Any, source: Source) -> dict:
+        import mediapipe
+
+        max_len = source.max_len
+        return {"tflite": {"converter": "litert-torch", "inputs": list(INPUT_NAMES), "input_shape": [1, max_len + 2],
+                           "input_dtype": "int32", "heads": list(HEADS), "weights": stats["weights"],
+                           "metadata": f"BERT text input + SentencePiece tokenizer process unit (min parser "
+                                       f"{MIN_PARSER_VERSION})",
+                           "checked_with": f"mediapipe {getattr(mediapipe, '__version__', '?')}",
+                           "truncation": f"first {max_len} SentencePiece ids of the whole string (MediaPipe)",
+                           "empty_sentence": "zero vector in MediaPipe; TinyglotError in tinyglot.load"},
+                "tokenisation": "MediaPipe (metadata)"}
+
+    def finish(self, out: Path, cfg: dict, report: Any) -> None:
+        if self.card:  # tinyglot run writes its own README.md (with this usage part) after its report
+            write_model_card(out, cfg, report)
+
+
 def export_tflite_mediapipe(
     model: str | Path,
     out: str | Path,
@@ -297,84 +354,20 @@ def export_tflite_mediapipe(
     through MediaPipe's TextEmbedder, then (``standalone``) in a process that imports only
     mediapipe (token ids from the ``token_ids`` head).  ``config.json`` is written last, only if
     the gates pass (or not ``parity_gate``).  ``card``: write the bundle's README.md."""
-    from .parity import STANDALONE_MEDIAPIPE, check_standalone
-    from .tflite import (
-        _n_params,
-        _require_litert,
-        shorten_tensor_names,
-        verify_quantized,
-    )
+    from .tflite import _require_litert
 
     _require_litert(convert=True)
     _require_mediapipe()
     if quantization not in MODES:
         raise TinyglotError(f"--quantize {quantization} is not available for tflite-mediapipe",
                             f"choose one of: {', '.join(MODES)}")
-    model_path, out = Path(model), Path(out)
-    source, tokenizer, scfg = load_source(model_path)
-    if not tokenizer.folds_case:
-        raise TinyglotError(
-            f"the vocabulary of {model_path} is case-sensitive, and MediaPipe lower-cases ASCII before "
-            "SentencePiece: its ids would differ from tinyglot's",
-            "train the student on a case-folding vocabulary (`tinyglot data vocab` without --keep-case), "
-            "or export --format onnx-text")
-    check_bundle_out(model_path, out)
-    max_len = int(scfg["max_len"])
-    from tinyglot.models import TorchEncoder
-
-    reference = TorchEncoder(tokenizer, source.embed, max_len, name=f"source ({model_path.name})")
-    dim = int(reference.encode(["a"]).shape[1])
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
-        tmp = Path(tmp)
-        say(f"converting {model_path} ({scfg.get('kind')}) with litert-torch for MediaPipe: inputs "
-            f"[1, {max_len + 2}], quantization {quantization}")
-        raw = convert(mediapipe_module_class()(source), tmp / "raw.tflite", max_len, quantization,
-                      tokenizer.vocab_size)
-        shorten_tensor_names(raw)
-        stats = verify_quantized(raw, quantization, 4 * _n_params(source))
-        tokenizer.save(tmp / TOKENIZER)
-        final = write_metadata(raw, tmp / MODEL_FILE, tmp / TOKENIZER, dim, max_len)
-        for stale in ("config.json", PARITY):
-            (out / stale).unlink(missing_ok=True)
-        os.replace(final, out / MODEL_FILE)
-    tokenizer.save(out / TOKENIZER)
-
-    gates = gates or gates_for_mode(quantization)
-    say(f"checking parity against the source on up to {max_sentences} pairs per language (MediaPipe TextEmbedder)")
-    exported = MediaPipeTextEncoder(out / MODEL_FILE, max_len)
-    try:
-        report = check_parity(reference, exported, testset, gates, languages=tokenizer.languages,
-                              max_sentences=max_sentences, label=f"tflite-mediapipe {quantization}")
-    finally:
-        exported.close()
-    if standalone:
-        say("checking the file in a separate process with mediapipe only")
-        report.standalone = check_standalone(STANDALONE_MEDIAPIPE, out / MODEL_FILE, reference, tokenizer, max_len,
-                                             testset, gates, languages=tokenizer.languages,
-                                             max_sentences=max_sentences, threads=threads)
-    report.write_json(out / PARITY)
-    import mediapipe
-
-    cfg = bundle_config(
-        loader=LOADER, fmt=FORMAT, model_files=[MODEL_FILE], source=model_path, source_cfg=scfg,
-        tokenizer=tokenizer, dim=dim, max_len=max_len,
-        quantization={"mode": quantization, "name": quantization,
-                      "recipe": "quant_recipes.full_dynamic_recipe" if quantization == "dynamic" else None},
-        extra={"tflite": {"converter": "litert-torch", "inputs": list(INPUT_NAMES), "input_shape": [1, max_len + 2],
-                          "input_dtype": "int32", "heads": list(HEADS), "weights": stats["weights"],
-                          "metadata": f"BERT text input + SentencePiece tokenizer process unit (min parser "
-                                      f"{MIN_PARSER_VERSION})",
-                          "checked_with": f"mediapipe {getattr(mediapipe, '__version__', '?')}",
-                          "truncation": f"first {max_len} SentencePiece ids of the whole string (MediaPipe)",
-                          "empty_sentence": "zero vector in MediaPipe; TinyglotError in tinyglot.load"},
-               "tokenisation": "MediaPipe (metadata)",
-               "parity": parity_summary(report, parity_gate)},
-    )
-    if card:  # tinyglot run writes its own README.md (with this usage part) after its report
-        write_model_card(out, cfg, report)
-    finalize_bundle(out, cfg, report, parity_gate)
-    return ExportResult(out, cfg, report, file_sizes(out), source_size(model_path, scfg), stats)
+    qdict = {"mode": quantization, "name": quantization,
+             "recipe": "quant_recipes.full_dynamic_recipe" if quantization == "dynamic" else None}
+    converter = MediaPipeConverter(fmt=FORMAT, loader=LOADER, label=f"tflite-mediapipe {quantization}",
+                                   quantization=qdict, model_files=(MODEL_FILE,), mode=quantization, threads=threads,
+                                   standalone=standalone, card=card)
+    return export_bundle(converter, model, out, testset=testset, max_sentences=max_sentences, gates=gates,
+                         parity_gate=parity_gate, say=say)
 
 
 # ====================================================================== model card

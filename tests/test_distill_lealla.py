@@ -12,7 +12,7 @@ import torch
 
 import tinyglot
 from tinyglot.distill.config import get_preset
-from tinyglot.distill.lealla import LealLATrainer
+from tinyglot.distill.lealla import LeallaTrainer
 from tinyglot.distill.student import load_student_model
 from tinyglot.encoders import load_encoder as load_teacher_encoder
 from tinyglot.errors import CheckpointError, TinyglotError
@@ -28,7 +28,7 @@ def _trainer(small_pairs, teacher_dir, out, overrides=None, resume=False, cache=
     merged = {k: dict(v) for k, v in TINY.items()}
     for section, values in (overrides or {}).items():
         merged.setdefault(section, {}).update(values)
-    return LealLATrainer(get_preset("lealla-tiny", merged), out, small_pairs, teacher, teacher.identity(),
+    return LeallaTrainer(get_preset("lealla-tiny", merged), out, small_pairs, teacher, teacher.identity(),
                          teacher_tokenizer(str(teacher_dir)), "lealla-tiny", cache or out / "cache",
                          resume=resume, progress=False)
 
@@ -264,7 +264,7 @@ def test_fast_preset_english_targets_and_output_projection(small_pairs, tiny_tea
     teacher = load_teacher_encoder(str(tiny_teacher_dir))
     preset = get_preset("fast-tiny", {"train": {"max_steps": 6, "eval_every": 3, "save_every": 3}})
     assert preset.loss.fd_target == "english" and preset.student.output_dim == 32
-    trainer = LealLATrainer(preset, tmp_path / "run", small_pairs, teacher, teacher.identity(),
+    trainer = LeallaTrainer(preset, tmp_path / "run", small_pairs, teacher, teacher.identity(),
                             teacher_tokenizer(str(tiny_teacher_dir)), "fast-tiny", tmp_path / "cache",
                             progress=False)
     english = {p.en for ps in trainer.data.pairs for p in ps}
@@ -294,7 +294,7 @@ def test_fast_presets_are_shallow_and_train_at_tiny_width(name, small_pairs, tin
                                "train": {"max_steps": 3, "batch_size": 16, "eval_every": 3, "save_every": 3,
                                          "dev_fraction": 0.1, "dev_pairs_per_lang": 20}})
     teacher = load_teacher_encoder(str(tiny_teacher_dir))
-    result = LealLATrainer(preset, tmp_path / "run", small_pairs, teacher, teacher.identity(),
+    result = LeallaTrainer(preset, tmp_path / "run", small_pairs, teacher, teacher.identity(),
                            teacher_tokenizer(str(tiny_teacher_dir)), name, tmp_path / "cache",
                            progress=False).train()
     model, _, cfg = load_student_model(result.student_dir)

@@ -26,7 +26,6 @@ from tinyglot.export.onnx import (  # noqa: E402
 from tinyglot.export.parity import Gates, check_parity  # noqa: E402
 from tinyglot.models import TorchEncoder  # noqa: E402
 
-from .conftest import TEST_LANGS  # noqa: E402
 
 N = 25  # test pairs per language for the parity checks (4 languages -> 200 sentences)
 
@@ -54,26 +53,13 @@ SENTENCES = ["Datei öffnen", "open the file", "Wählen Sie Format - Zeichen, um
              "ファイルを開く", "Откройте диалоговое окно и выберите нужный параметр из списка."]
 
 
-def test_fp32_bundle_loads_back_and_matches_torch(fp32_bundle, student_dir):
-    out = fp32_bundle.out
-    assert {"model.onnx", "tokenizer.model", "config.json", "parity.json"} <= set(fp32_bundle.sizes)
-    cfg = json.loads((out / "config.json").read_text())
-    assert cfg["loader"] == "tinyglot.export.onnx:load_onnx_bundle" and cfg["kind"] == "bundle"
-    assert cfg["format"] == "onnx" and cfg["dim"] == 32 and cfg["max_len"] == 48
-    assert cfg["pooling"] == "mean" and cfg["normalize"] is True and cfg["quantization"]["mode"] == "none"
-    assert cfg["source_kind"] == "lealla-student" and len(cfg["source_sha"]) == 64
-    assert set(TEST_LANGS) <= set(cfg["languages"])
-    parity = json.loads((out / "parity.json").read_text())
-    assert parity["passed"] and parity["mean_cosine"] >= 0.9999
-    assert [r["lang"] for r in parity["languages"]] == sorted(TEST_LANGS) or \
-        {r["lang"] for r in parity["languages"]} == set(TEST_LANGS)
-    enc = tinyglot.load(out)
-    assert isinstance(enc, OnnxEncoder)
-    emb = enc.encode(SENTENCES, batch_size=2)
-    assert emb.dtype == np.float32 and emb.shape == (5, 32)
-    assert np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
-    ref = _torch_encoder(student_dir).encode(SENTENCES)
-    assert np.abs(emb - ref).max() < 1e-4
+def test_fp32_bundle_records_the_graph_and_opens_as_onnx(fp32_bundle):
+    """The bundle contract (layout, common config keys, parity, load) is tests/test_export_bundles.py's."""
+    cfg = fp32_bundle.config
+    assert cfg["onnx"]["opset"] == 17 and cfg["onnx"]["inputs"] == ["input_ids", "attention_mask"]
+    assert cfg["onnx"]["output"] == "sentence_embedding" and cfg["onnx"]["int8_ops"] == 0
+    assert fp32_bundle.sizes["model.onnx"] == (fp32_bundle.out / "model.onnx").stat().st_size
+    assert isinstance(tinyglot.load(fp32_bundle.out), OnnxEncoder)
 
 
 def test_graph_has_dynamic_axes_and_named_io(fp32_bundle):
@@ -197,7 +183,9 @@ def test_check_parity_directly(student_dir, tmp_path, tokenizer):
     assert same.passed and same.to_dict()["n_sentences"] == 20
     from rich.console import Console
 
-    Console(file=open(tmp_path / "t.txt", "w")).print(report.to_table())  # renders
+    with open(tmp_path / "t.txt", "w") as fh:
+        Console(file=fh).print(report.to_table())  # renders
+    assert "de" in (tmp_path / "t.txt").read_text()
 
 
 @pytest.mark.slow

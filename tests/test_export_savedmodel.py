@@ -20,7 +20,6 @@ from tinyglot.errors import TinyglotError  # noqa: E402
 from tinyglot.export.savedmodel import SavedModelEncoder, export_savedmodel  # noqa: E402
 from tinyglot.models import TorchEncoder  # noqa: E402
 
-from .conftest import TEST_LANGS  # noqa: E402
 
 pytestmark = pytest.mark.slow  # every export builds the SavedModel in a TensorFlow subprocess
 
@@ -58,13 +57,10 @@ SENTENCES = ["Datei öffnen", "open the file", "Wählen Sie Format - Zeichen, um
 def test_bundle_layout_config_and_parity(bundle):
     out = bundle.out
     assert (out / "saved_model.pb").is_file() and (out / "variables").is_dir()
-    cfg = json.loads((out / "config.json").read_text())
-    assert cfg["loader"] == "tinyglot.export.savedmodel:load_savedmodel_bundle" and cfg["format"] == "savedmodel"
-    assert cfg["dim"] == 32 and cfg["max_len"] == 48 and set(TEST_LANGS) <= set(cfg["languages"])
+    cfg = json.loads((out / "config.json").read_text())  # the common keys: tests/test_export_bundles.py
     assert "saved_model.pb" in cfg["files"] and any(f.startswith("variables/") for f in cfg["files"])
     assert cfg["savedmodel"]["tokenization_checked"] > 4 * N
-    parity = json.loads((out / "parity.json").read_text())
-    assert parity["passed"] and parity["mean_cosine"] >= 0.9999
+    assert bundle.graph["files"] == cfg["files"] and bundle.graph["bytes"] > 0
 
 
 def test_raw_strings_through_hub_keraslayer_match_torch(bundle, student_dir):

@@ -26,7 +26,6 @@ from tinyglot.export.tflite import (  # noqa: E402
 )
 from tinyglot.models import TorchEncoder  # noqa: E402
 
-from .conftest import TEST_LANGS  # noqa: E402
 
 pytestmark = pytest.mark.slow  # every test here converts with litert-torch (tens of seconds each)
 
@@ -71,24 +70,12 @@ def _spy(enc):
     return calls
 
 
-def test_fp32_bundle_loads_back_and_matches_torch(fp32_bundle, student_dir):
-    out = fp32_bundle.out
-    assert {"model.tflite", "tokenizer.model", "config.json", "parity.json"} <= set(fp32_bundle.sizes)
-    cfg = json.loads((out / "config.json").read_text())
-    assert cfg["loader"] == "tinyglot.export.tflite:load_tflite_bundle" and cfg["kind"] == "bundle"
-    assert cfg["format"] == "tflite" and cfg["dim"] == 32 and cfg["max_len"] == 48
-    assert cfg["quantization"]["mode"] == "none" and set(TEST_LANGS) <= set(cfg["languages"])
+def test_fp32_bundle_records_its_signatures_and_opens_as_tflite(fp32_bundle):
+    """The bundle contract (layout, common config keys, parity, load) is tests/test_export_bundles.py's."""
+    cfg = fp32_bundle.config
     assert cfg["tflite"]["buckets"] == [16, 32, 48] and cfg["tflite"]["batch_sizes"] == [1, 4]
-    assert len(cfg["tflite"]["signatures"]) == 6
-    parity = json.loads((out / "parity.json").read_text())
-    assert parity["passed"] and parity["mean_cosine"] >= 0.9999
-    enc = tinyglot.load(out)
-    assert isinstance(enc, TFLiteEncoder)
-    emb = enc.encode(SENTENCES, batch_size=2)
-    assert emb.dtype == np.float32 and emb.shape == (5, 32)
-    assert np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
-    ref = _torch_encoder(student_dir).encode(SENTENCES)
-    assert np.abs(emb - ref).max() < 1e-4
+    assert len(cfg["tflite"]["signatures"]) == 6 and cfg["tflite"]["input_dtype"] == "int32"
+    assert isinstance(tinyglot.load(fp32_bundle.out), TFLiteEncoder)
 
 
 def test_signatures_take_named_int32_inputs(fp32_bundle):

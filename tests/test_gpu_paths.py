@@ -124,7 +124,7 @@ def test_presets_checkpointing_settings():
 
 
 def test_gradient_checkpointing_follows_the_setting(small_pairs, tiny_teacher_dir, tmp_path):
-    from tinyglot.distill.lealla import LealLATrainer
+    from tinyglot.distill.lealla import LeallaTrainer
     from tinyglot.distill.run import teacher_tokenizer
     from tinyglot.distill.student import Student
     from tinyglot.encoders import load_encoder as load_teacher_encoder
@@ -133,7 +133,7 @@ def test_gradient_checkpointing_follows_the_setting(small_pairs, tiny_teacher_di
     seen = {}
     for mode in ("always", "never"):
         preset = get_lealla({"train": {"checkpointing": mode, "checkpoint_above_tokens": 1}})
-        trainer = LealLATrainer(preset, tmp_path / mode, small_pairs, teacher, teacher.identity(),
+        trainer = LeallaTrainer(preset, tmp_path / mode, small_pairs, teacher, teacher.identity(),
                                 teacher_tokenizer(str(tiny_teacher_dir)), cache_dir=tmp_path / "cache",
                                 progress=False)
         model = Student(preset.student, trainer.teacher_dim)
