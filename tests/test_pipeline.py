@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinyglot.cli import main
+from tinyglot.app.cli import main
 from tinyglot.distill.config import get_preset
 from tinyglot.errors import TinyglotError
-from tinyglot.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
-                               StageSpec, load_config, run_stage, to_toml)
+from tinyglot.app.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
+                                   StageSpec, load_config, run_stage, to_toml)
 from tinyglot.stagecache import StageStore, hash_json
 from tinyglot.teacher import get_preset as teacher_preset
 
@@ -437,7 +437,7 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
 
 
 def test_corpus_replaced_in_place_with_same_size_and_mtime_changes_the_stage_inputs(tmp_path):
-    from tinyglot.pipeline import train_data_inputs
+    from tinyglot.app.pipeline.stages import train_data_inputs
 
     corpus = tmp_path / "de.tsv"
     corpus.write_text("open the file\tDatei öffnen\n", encoding="utf-8")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from pathlib import Path
 from types import UnionType
@@ -121,3 +122,9 @@ def named_preset(presets: Mapping[str, Callable[[], T]], name: str, overrides: M
         raise TinyglotError(f"unknown {what} preset {name!r}", f"choose one of: {', '.join(presets)}")
     preset = presets[name]()
     return replace(preset, overrides) if overrides else preset
+
+
+def tinyglot_home() -> Path:
+    """Where tinyglot caches what it trains or computes once (the default teacher, teacher embeddings):
+    ``$TINYGLOT_HOME``, else ``~/.cache/tinyglot``."""
+    return Path(os.environ.get("TINYGLOT_HOME", Path.home() / ".cache" / "tinyglot")).expanduser()
