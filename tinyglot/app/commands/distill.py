@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tinyglot.app.cli import add_config_options, config_overrides
 from tinyglot.console import make_console
@@ -12,7 +14,7 @@ from tinyglot.distill.ms_config import PRESETS as MS_PRESETS
 from tinyglot.errors import TinyglotError
 
 DEFAULT_STUDENT = {"lealla": "lealla-small", "multistage": "ms-small"}
-RECIPE_PRESETS = {"lealla": PRESETS, "multistage": MS_PRESETS}
+RECIPE_PRESETS: dict[str, Mapping[str, Any]] = {"lealla": PRESETS, "multistage": MS_PRESETS}
 
 
 def student_preset(recipe: str, student: str | None) -> str:

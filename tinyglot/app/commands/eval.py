@@ -32,12 +32,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.task == "mining":
         from tinyglot.evaluation.tasks import evaluate_mining
 
-        result = evaluate_mining(encoder, testset, batch_size=args.batch_size, model_name=args.model,
+        mining = evaluate_mining(encoder, testset, batch_size=args.batch_size, model_name=args.model,
                                  testset_name=name)
-    else:
-        result = evaluate_bitext(encoder, testset, batch_size=args.batch_size, margin=args.margin,
-                                 model_name=args.model, testset_name=name)
-    print_and_save_result(result, args.json)
+        print_and_save_result(mining, args.json)
+        return 0
+    bitext = evaluate_bitext(encoder, testset, batch_size=args.batch_size, margin=args.margin,
+                             model_name=args.model, testset_name=name)
+    print_and_save_result(bitext, args.json)
     return 0
 
 

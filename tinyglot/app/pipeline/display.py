@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class RunDisplay:
@@ -19,7 +23,7 @@ class RunDisplay:
         self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("stages"), TimeElapsedColumn(), console=self.console) \
             if enabled and nested else None
-        self._task = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> RunDisplay:
         if self._bar is not None:
@@ -32,11 +36,11 @@ class RunDisplay:
             self._bar.stop()
 
     def stage(self, index: int, name: str) -> None:
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=f"stage {index}/{self.total} {name}", completed=index - 1)
 
     def done(self, index: int) -> None:
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=index)
 
     def say(self, message: str) -> None:

@@ -253,7 +253,7 @@ def make_figures(ctx: RunContext, data: ReportData) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     device = data.bench_rows[0]["device"]
     by_path = {column_bench_key(c): c for c in data.columns if c.path}
-    p1 = {}
+    p1: dict[str, tuple[float | None, str]] = {}
     for r in data.bench_rows:
         col = by_path.get(bench_key(r["bundle"]))
         if col is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 
 STYLE = """
@@ -36,8 +37,10 @@ def embedded_src(src: str, base: Path) -> str:
 
 
 def markdown_renderer(base: Path) -> MarkdownIt:
-    """CommonMark with tables; images read relative to ``base`` and embedded."""
-    md = MarkdownIt("commonmark").enable("table")
+    """CommonMark with tables; images read relative to ``base`` and embedded; raw HTML in the Markdown is
+    escaped (reports quote paths and specs, which are text, not markup)."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    assert isinstance(md.renderer, RendererHTML)
     default_image = md.renderer.rules["image"]
 
     def image(renderer: Any, tokens: Sequence[Token], idx: int, options: Any, env: Any) -> str:

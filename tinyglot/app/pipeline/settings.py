@@ -178,11 +178,11 @@ class PipelineConfig:
         if self.bench.min_seconds < 0 or self.bench.warmup < 0:
             raise TinyglotError("bench.min_seconds and bench.warmup must be >= 0")
         if any(fmt == "tflite" for fmt, _ in self.export.formats):
-            missing = sorted(set(self.bench.seq) - set(self.export.tflite_buckets))
+            seqs = sorted(set(self.bench.seq) - set(self.export.tflite_buckets))
             batches = sorted(set(self.bench.batch) - set(self.export.tflite_batch_sizes))
-            if missing or batches:
+            if seqs or batches:
                 raise TinyglotError(
-                    f"the TFLite bundle has no signature for bench.seq {missing or ''} bench.batch {batches or ''}",
+                    f"the TFLite bundle has no signature for bench.seq {seqs or ''} bench.batch {batches or ''}",
                     "add them to export.tflite_buckets / export.tflite_batch_sizes, or bench other shapes")
         return self
 

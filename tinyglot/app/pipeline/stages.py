@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,7 @@ def run_distill(ctx: RunContext) -> StageOutput:
 
 # ------------------------------------------------------------------ stage 3: export
 def export_inputs(ctx: RunContext) -> dict[str, Any]:
-    inputs = {"export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)}
+    inputs: dict[str, Any] = {"export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)}
     if ctx.cfg.export.teacher_formats and "teacher" in ctx.markers:  # the teacher bundles depend on it
         inputs["teacher"] = ctx.output_hash("teacher")
     return inputs
@@ -176,23 +177,27 @@ def testset_inputs(cfg: PipelineConfig) -> dict[str, Any]:
 def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: ExportSection, testset: dict,
                   say: Say):
     """One bundle with the export stage's functions; returns its ``ExportResult``."""
-    common = dict(threads=section.threads, max_sentences=section.parity_sentences, testset=testset, say=say)
+    threads, max_sentences = section.threads, section.parity_sentences
     if fmt == "onnx":
         from tinyglot.export.onnx import export_onnx
 
-        return export_onnx(student, out, quant, **common)
+        return export_onnx(student, out, quant, threads=threads, max_sentences=max_sentences, testset=testset,
+                           say=say)
     if fmt == "tflite":
         from tinyglot.export.tflite import export_tflite
 
         return export_tflite(student, out, quant, buckets=section.tflite_buckets,
-                             batch_sizes=section.tflite_batch_sizes, **common)
+                             batch_sizes=section.tflite_batch_sizes, threads=threads, max_sentences=max_sentences,
+                             testset=testset, say=say)
     if fmt in ("onnx-text", "tflite-mediapipe"):
         from tinyglot.export.formats import export_string_bundle
 
-        return export_string_bundle(fmt, student, out, quant, card=False, **common)
+        return export_string_bundle(fmt, student, out, quant, card=False, threads=threads,
+                                    max_sentences=max_sentences, testset=testset, say=say)
     from tinyglot.export.savedmodel import export_savedmodel
 
-    return export_savedmodel(student, out, quant, **common)
+    return export_savedmodel(student, out, quant, threads=threads, max_sentences=max_sentences, testset=testset,
+                             say=say)
 
 
 def run_export(ctx: RunContext) -> StageOutput:
@@ -207,7 +212,9 @@ def run_export(ctx: RunContext) -> StageOutput:
         info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
                       "files": result.sizes}
     teacher = exportable_teacher(ctx)
-    for fmt, quant, name in ctx.cfg.teacher_bundles() if teacher is not None else []:
+    for fmt, quant, name in ctx.cfg.teacher_bundles():
+        if teacher is None:
+            break
         out = ctx.bundle_dir(name)
         shutil.rmtree(out, ignore_errors=True)
         ctx.say(f"export: the teacher as {fmt} ({quant}) -> {out}")
@@ -264,20 +271,20 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
     models = [EvalModel("TF-IDF", "tfidf", "", hash_json(train_data_inputs(ctx.cfg)), tfidf),
               EvalModel("teacher", "teacher", ctx.teacher_spec(), ctx.output_hash("teacher"), teacher),
               EvalModel("student (PyTorch)", "student", str(student), ctx.output_hash("distill", "distill/student/"),
-                        lambda: tinyglot.load(student, device=ctx.cfg.eval.device))]
+                        partial(tinyglot.load, student, device=ctx.cfg.eval.device))]
     for name in ctx.cfg.bundle_names():
         path = ctx.bundle_dir(name)
         models.append(EvalModel(name, "bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
-                                lambda p=path: tinyglot.load(p)))
+                                partial(tinyglot.load, path)))
     for name in exported_teacher_bundles(ctx):
         path = ctx.bundle_dir(name)
         models.append(EvalModel(name, "teacher-bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
-                                lambda p=path: tinyglot.load(p)))
+                                partial(tinyglot.load, path)))
     for name in ctx.cfg.eval.peers:
         from tinyglot.peers import PEERS, load_peer
 
         models.append(EvalModel(f"peer {name}", "peer", PEERS[name].package, name,
-                                lambda n=name: load_peer(n, threads=ctx.cfg.eval.threads)))
+                                partial(load_peer, name, threads=ctx.cfg.eval.threads)))
     return models
 
 
@@ -286,7 +293,7 @@ def run_eval(ctx: RunContext) -> StageOutput:
 
     cache = ctx.out / "eval" / "cache"
     test_key = hash_json({"test": testset_inputs(ctx.cfg), "eval": to_dict(ctx.cfg.eval)})
-    rows = []
+    rows: list[dict[str, Any]] = []
     for m in eval_models(ctx):
         path = cache / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
         cached = path.is_file()
