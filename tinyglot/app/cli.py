@@ -4,7 +4,8 @@ Each command lives in :mod:`tinyglot.app.commands`; this module builds the parse
 holds the options several commands share.
 
 User errors (:class:`~tinyglot.errors.TinyglotError`) print one message and exit with status 2,
-without a traceback.  Stages register their subcommands lazily so ``--help`` stays fast.
+without a traceback.  Commands import their stage's heavy modules (torch, transformers) only when they
+run, so ``--help`` stays fast.
 """
 
 from __future__ import annotations
