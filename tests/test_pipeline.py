@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from tinyglot.app.cli import main
-from tinyglot.distill.config import get_preset
-from tinyglot.errors import TinyglotError
 from tinyglot.app.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
                                    StageSpec, load_config, run_stage, to_toml)
+from tinyglot.distill.config import get_preset
+from tinyglot.errors import TinyglotError
 from tinyglot.stagecache import StageStore, hash_json
 from tinyglot.teacher import get_preset as teacher_preset
 
