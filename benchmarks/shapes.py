@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from tinyglot.cli import quiet_third_party_import_noise
+    from tinyglot.app.cli import quiet_third_party_import_noise
 
     quiet_third_party_import_noise()
     logging.getLogger().setLevel(logging.ERROR)  # onnxruntime's quantizer logs advice on the root logger

@@ -1,56 +1,23 @@
-"""``tinyglot distill``: the default teacher, a distillation run, and its report."""
+"""``tinyglot distill``'s recipes: a LEALLA distillation run, the dimension-reduction reference, and the
+report they write (the default teacher they fall back on is :mod:`tinyglot.teacher.default`)."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
+from tinyglot.config import tinyglot_home
 from tinyglot.data.embedded import load_pairs, load_testset
-from tinyglot.errors import TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
 from tinyglot.io import atomic_write_json, atomic_write_text, folder_bytes
 from tinyglot.models import read_model_config
+from tinyglot.teacher.default import ensure_default_teacher
 from tinyglot.tokenizer import Tokenizer
 
 from .config import get_preset
 
-DEFAULT_TEACHER_PRESET = "ems-small"
-
-
-def tinyglot_home() -> Path:
-    return Path(os.environ.get("TINYGLOT_HOME", Path.home() / ".cache" / "tinyglot")).expanduser()
-
-
-def default_teacher_dir() -> Path:
-    return tinyglot_home() / "teachers" / f"{DEFAULT_TEACHER_PRESET}-embedded"
-
-
-def teacher_is_complete(path: Path) -> bool:
-    """A finished teacher run: config says it trained all its steps and a checkpoint exists."""
-    try:
-        cfg = read_model_config(path)
-    except TinyglotError:
-        return False
-    done = cfg.get("trained_steps") is not None and cfg.get("trained_steps") == cfg.get("train", {}).get("max_steps")
-    return done and ((path / "best.pt").exists() or (path / "last.pt").exists())
-
-
-def ensure_default_teacher(say=print, progress: bool = True, preset: str = DEFAULT_TEACHER_PRESET) -> Path:
-    """The cached default teacher, trained on the embedded corpus first if there is none."""
-    from tinyglot.teacher import get_preset as teacher_preset
-    from tinyglot.teacher import train_teacher
-
-    path = default_teacher_dir()
-    if teacher_is_complete(path):
-        say(f"teacher: the cached default teacher {path}")
-        return path
-    resume = (path / "last.pt").exists()
-    say(f"teacher: no cached default teacher at {path}; {'resuming' if resume else 'training'} "
-        f"{preset} on the embedded corpus first (once; about 35 minutes on 2 CPU cores). "
-        f"Pass --teacher to use another one.")
-    train_teacher(teacher_preset(preset), path, preset_name=preset, resume=resume, progress=progress)
-    return path
+__all__ = ["ensure_default_teacher", "lealla_trainer", "resolve_spec", "run_dimred", "run_distill",
+           "teacher_tokenizer", "tinyglot_home", "write_report"]
 
 
 def resolve_spec(spec: str) -> str:

@@ -14,6 +14,18 @@ from typing import Any
 
 from tinyglot.errors import TinyglotError
 
+# Every bundle format, and the quantizations each accepts (`tinyglot export --quantize`, `tinyglot run`'s
+# export.formats).
+FORMATS = ("onnx", "tflite", "savedmodel", "onnx-text", "tflite-mediapipe")
+QUANTIZE = ("none", "dynamic", "avx2", "avx512-vnni", "arm64", "static", "fp16")
+QUANTIZE_BY_FORMAT: dict[str, tuple[str, ...]] = {
+    "onnx": QUANTIZE,
+    "tflite": ("none", "dynamic", "fp16"),
+    "savedmodel": ("none",),
+    "onnx-text": ("none", "dynamic"),
+    "tflite-mediapipe": ("none", "dynamic"),
+}
+
 STRING_FORMATS: dict[str, tuple[str, str]] = {
     "onnx-text": ("tinyglot.export.onnx_text", "export_onnx_text"),
     "tflite-mediapipe": ("tinyglot.export.tflite_mediapipe", "export_tflite_mediapipe"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyglot.cli import main
+from tinyglot.app.cli import main
 from tinyglot.data.readers import ReadStats, read_corpus, read_jsonl, read_tmx, read_tsv
 from tinyglot.errors import DataError, TinyglotError
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import collections
-
 import json
 import subprocess
 import sys
 
 import pytest
 
-from tinyglot.cli import main
+from tinyglot.app.cli import build_parser, main
 
 
 def run_cli(*args, cwd=None):
@@ -18,12 +18,49 @@ def run_cli(*args, cwd=None):
                           cwd=cwd, timeout=600)
 
 
-def test_help_of_every_subcommand_is_useful():
-    for args in (["--help"], ["data", "--help"], ["data", "prepare", "--help"], ["eval", "--help"],
-                 ["teacher", "train", "--help"], ["teacher", "eval", "--help"]):
-        with pytest.raises(SystemExit) as exc:
-            main(args)
-        assert exc.value.code == 0
+# every command a user can type, as the parser must offer it
+COMMANDS = {(), ("data",), ("data", "stats"), ("data", "prepare"), ("data", "vocab"), ("data", "build-embedded"),
+            ("eval",), ("teacher",), ("teacher", "train"), ("teacher", "eval"), ("distill",), ("export",),
+            ("bench",), ("bench", "report"), ("bench", "devices"), ("run",)}
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """``(path, parser)`` of ``parser`` and of every subcommand below it."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*path, name))
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions
+            if a.option_strings and not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+
+def test_the_parser_offers_every_command():
+    assert {path for path, _ in _commands(build_parser())} == COMMANDS
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=lambda p: " ".join(p) or "tinyglot")
+def test_help_of_every_command_names_and_explains_its_options(path, capsys):
+    parser = dict(_commands(build_parser()))[path]
+    with pytest.raises(SystemExit) as exc:
+        main([*path, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: tinyglot {' '.join(path)}".rstrip())
+    options = _options(parser)
+    for action in options:
+        assert max(action.option_strings, key=len) in text, (path, action.option_strings)
+        assert action.help, f"tinyglot {' '.join(path)} {action.option_strings[-1]} has no help text"
+    squeezed = "".join(text.split())  # help text as argparse wraps it, compared without the wrapping
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):  # each subcommand listed with what it does
+            for listed in action._choices_actions:
+                assert listed.help and "".join(f"{listed.dest}{listed.help}".split()) in squeezed, listed.dest
+    if path in (("data", "prepare"), ("teacher", "train"), ("distill",), ("export",), ("bench",), ("run",)):
+        assert len(options) >= 5  # the commands with many settings really expose them
 
 
 def test_eval_tfidf_on_embedded_test_set_prints_table_and_json(tmp_path, capsys):
@@ -149,7 +186,8 @@ def test_eval_mining_and_sts_tasks(tmp_path, capsys):
     sts = tmp_path / "sts.tsv"
     sts.write_text("open the file\topen the file\t5\nopen the file\topen a file\t4\n"
                    "open the file\tprint the page\t1\nopen the file\tzzz qqq\t0\n", encoding="utf-8")
-    assert main(["eval", "--model", "tfidf", "--data", str(sts), "--task", "sts", "--json", str(tmp_path / "s.json")]) == 0
+    assert main(["eval", "--model", "tfidf", "--data", str(sts), "--task", "sts",
+                 "--json", str(tmp_path / "s.json")]) == 0
     assert json.loads((tmp_path / "s.json").read_text())["spearman"] == pytest.approx(1.0)
     bad = tmp_path / "bad.tsv"
     bad.write_text("a\tb\n", encoding="utf-8")

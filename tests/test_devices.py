@@ -270,8 +270,8 @@ def test_bad_inputs(bundles, tmp_path):
 
 # ====================================================================== CLI
 def _cli(argv):
-    from tinyglot.cli import run
-    from tinyglot.devices.cli import register
+    from tinyglot.app.cli import run
+    from tinyglot.app.commands.bench import register
 
     def factory():
         parser = argparse.ArgumentParser(prog="tinyglot")

@@ -21,7 +21,7 @@ import pytest
 
 from tinyglot.data.embedded import load_testset
 
-DISTILL = ["-c", "from tinyglot.cli import distill_main; raise SystemExit(distill_main())"]
+DISTILL = ["-c", "from tinyglot.app.cli import distill_main; raise SystemExit(distill_main())"]
 
 
 def _port() -> str:

@@ -106,7 +106,7 @@ def test_distill_command_end_to_end(small_corpus, tiny_teacher_dir, tmp_path):
     env_home = {"TINYGLOT_HOME": str(tmp_path / "home")}
     import os
 
-    cmd = [sys.executable, "-c", "from tinyglot.cli import distill_main; raise SystemExit(distill_main())",
+    cmd = [sys.executable, "-c", "from tinyglot.app.cli import distill_main; raise SystemExit(distill_main())",
            "--student", "lealla-tiny", "--teacher", str(tiny_teacher_dir), "--data", str(small_corpus),
            "--out", str(out), "--no-progress", "--set", "train.max_steps=20", "--set", "train.threads=1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **env_home})

@@ -405,7 +405,7 @@ def test_student_folder_loads_and_exports_to_onnx(ms_run, tmp_path):
 # ====================================================================== the command
 def test_cli_refuses_mixed_recipes_and_early_stage_gaps(tiny_teacher_dir, assistant_dir, small_corpus, tmp_path,
                                                         capsys):
-    from tinyglot.cli import main
+    from tinyglot.app.cli import main
 
     assert main(["distill", "--recipe", "lealla", "--student", "ms-small"]) == 2
     assert "belongs to --recipe multistage" in capsys.readouterr().err
@@ -430,7 +430,7 @@ def test_distill_multistage_command_end_to_end(small_corpus, tiny_teacher_dir, a
     test.write_text("".join(f"{p.lang}\t{p.en}\t{p.x}\n" for lang, pairs in load_testset().items()
                             if lang in ("de", "fr", "ja", "ru") for p in pairs[:50]), encoding="utf-8")
     env = {**os.environ, "TINYGLOT_HOME": str(tmp_path / "home")}
-    cmd = [sys.executable, "-c", "from tinyglot.cli import distill_main; raise SystemExit(distill_main())",
+    cmd = [sys.executable, "-c", "from tinyglot.app.cli import distill_main; raise SystemExit(distill_main())",
            "--recipe", "multistage", "--student", "ms-tiny", "--teacher", str(tiny_teacher_dir),
            "--assistant", str(assistant_dir), "--data", str(small_corpus), "--test-data", str(test),
            "--out", str(out), "--no-progress", "--set", "train.max_steps=4", "--set", "train.threads=1"]

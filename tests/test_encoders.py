@@ -471,7 +471,7 @@ EVAL_TSV = ("Open the file.\tÖffnen Sie die Datei.\nPrint the document.\tDrucke
 
 def _eval_like_distill(spec: str, tmp_path: Path, tsv: str = EVAL_TSV) -> tuple[dict, dict]:
     """(`tinyglot eval --model spec`'s JSON, evaluate_bitext on the encoder distill opens for --teacher spec)."""
-    from tinyglot.cli import main
+    from tinyglot.app.cli import main
     from tinyglot.data.embedded import load_testset
     from tinyglot.evaluation import evaluate_bitext
 

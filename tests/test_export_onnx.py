@@ -197,8 +197,8 @@ def test_export_of_the_ems_teacher(tiny_teacher_dir, tmp_path):
 
 
 def _cli(argv):
-    from tinyglot.cli import run
-    from tinyglot.export.cli import register
+    from tinyglot.app.cli import run
+    from tinyglot.app.commands.export import register
 
     def factory():
         parser = argparse.ArgumentParser(prog="tinyglot")

@@ -91,8 +91,8 @@ def test_bpe_vocabularies_are_refused(small_pairs):
 
 
 def _cli(argv):
-    from tinyglot.cli import run
-    from tinyglot.export.cli import register
+    from tinyglot.app.cli import run
+    from tinyglot.app.commands.export import register
 
     def factory():
         parser = argparse.ArgumentParser(prog="tinyglot")

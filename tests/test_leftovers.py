@@ -117,7 +117,7 @@ def test_stale_temporaries_of_a_killed_run_are_removed_at_the_next_start(tmp_pat
 
 
 def test_export_cleans_its_own_leftovers(student_dir, tmp_path, capsys):
-    from tinyglot.cli import main
+    from tinyglot.app.cli import main
 
     out = tmp_path / "bundle"
     (out / ".export-abcd1234").mkdir(parents=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyglot.cli import main
+from tinyglot.app.cli import main
 from tinyglot.locks import (
     LOCK_NAME,
     LockedError,

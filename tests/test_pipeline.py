@@ -21,15 +21,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinyglot.cli import main
+from tinyglot.app.cli import main
+from tinyglot.app.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
+                                   StageSpec, load_config, run_stage, to_toml)
 from tinyglot.distill.config import get_preset
 from tinyglot.errors import TinyglotError
-from tinyglot.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
-                               StageSpec, load_config, run_stage, to_toml)
 from tinyglot.stagecache import StageStore, hash_json
 from tinyglot.teacher import get_preset as teacher_preset
 
-REPORT_SECTIONS = ("## Summary", "## Retrieval quality: P@1 per language", "## Models: dimensions, parameters, size, speed",
+REPORT_SECTIONS = ("## Summary", "## Retrieval quality: P@1 per language",
+                   "## Models: dimensions, parameters, size, speed",
                    "## Latency and throughput per runtime", "## Export parity", "## Stages", "## Settings and versions")
 LANGS = ("de", "es", "fr", "it", "ja", "nl", "pt", "ru", "tr", "zh")
 
@@ -70,7 +71,8 @@ def test_tiny_profile_and_layering_of_file_and_sets(tmp_path):
     assert cfg.export.formats == [("onnx", "none"), ("onnx", "avx2")]
     assert cfg.bench.seq == [16] and cfg.bench.threads == [1, 2] and cfg.bench.batch == [1, 4]
     train = cfg.distill_overrides()["train"]  # tables merge key by key
-    assert train["lr"] == "2e-3" and train["save_every"] == PROFILES["tiny"]["distill"]["overrides"]["train"]["save_every"]
+    tiny_train = PROFILES["tiny"]["distill"]["overrides"]["train"]
+    assert train["lr"] == "2e-3" and train["save_every"] == tiny_train["save_every"]
     assert train["max_steps"] == 9
     assert load_config("default", config_file=toml).profile == "default"  # --profile beats the file's
 
@@ -220,6 +222,7 @@ class TinyRun:
     env: dict
     interrupted: subprocess.CompletedProcess
     teacher_done_at_kill: bool
+    teacher_marker_at_kill: bytes | None  # stages/teacher.json as the killed run left it
     resumed: subprocess.CompletedProcess
     seconds: float
 
@@ -248,11 +251,13 @@ def tiny_run(tmp_path_factory) -> TinyRun:
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=120)
-    teacher_done = (out / "stages" / "teacher.json").exists()
+    marker = out / "stages" / "teacher.json"
+    teacher_marker = marker.read_bytes() if marker.exists() else None
     interrupted = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
     started = time.time()
     resumed = _run(out, env)
-    return TinyRun(out, env, interrupted, teacher_done, resumed, time.time() - started)
+    return TinyRun(out, env, interrupted, teacher_marker is not None, teacher_marker, resumed,
+                   time.time() - started)
 
 
 @pytest.mark.slow
@@ -261,16 +266,23 @@ def test_interrupted_run_resumes_and_completes(tiny_run):
     assert "rerun the same command to continue" in tiny_run.interrupted.stdout
     proc = tiny_run.resumed
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    teacher = json.loads((tiny_run.out / "stages" / "teacher.json").read_text())
-    if tiny_run.teacher_done_at_kill:
+    marker = tiny_run.out / "stages" / "teacher.json"
+    teacher = json.loads(marker.read_text())
+    if tiny_run.teacher_done_at_kill:  # killed after the teacher: it is reused as it was, the rest runs
         assert "stage 1/6 teacher: reused" in proc.stdout
+        assert marker.read_bytes() == tiny_run.teacher_marker_at_kill  # not retrained, not rewritten
+        assert f"1 of {len(STAGE_NAMES)} stages reused: teacher)" in proc.stdout
+        assert teacher["info"]["resumed"] is False
     else:  # killed mid-training: the teacher continued from its checkpoint instead of starting over
         assert "teacher: resuming the interrupted run from its last.pt" in proc.stdout
         assert teacher["info"]["resumed"] is True
         steps = [json.loads(line)["step"] for line in (tiny_run.out / "teacher" / "metrics.jsonl").open()
                  if '"loss"' in line]
-        assert steps == sorted(set(steps)) and steps[-1] == PROFILES["tiny"]["teacher"]["overrides"]["train"]["max_steps"]
-    assert f"0 of {len(STAGE_NAMES)} stages reused" in proc.stdout or tiny_run.teacher_done_at_kill
+        max_steps = PROFILES["tiny"]["teacher"]["overrides"]["train"]["max_steps"]
+        assert steps == sorted(set(steps)) and steps[-1] == max_steps
+        assert f"(0 of {len(STAGE_NAMES)} stages reused)" in proc.stdout
+    for name in STAGE_NAMES[1:]:  # every later stage ran in the resumed process
+        assert re.search(rf"stage \d/6 {name}: running", proc.stdout), name
     assert (tiny_run.out / "report.md").is_file()
 
 
@@ -437,7 +449,7 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
 
 
 def test_corpus_replaced_in_place_with_same_size_and_mtime_changes_the_stage_inputs(tmp_path):
-    from tinyglot.pipeline import train_data_inputs
+    from tinyglot.app.pipeline.stages import train_data_inputs
 
     corpus = tmp_path / "de.tsv"
     corpus.write_text("open the file\tDatei öffnen\n", encoding="utf-8")

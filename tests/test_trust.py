@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tinyglot
-from tinyglot.cli import main
+from tinyglot.app.cli import main
 from tinyglot.errors import TinyglotError
 
 

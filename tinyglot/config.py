@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from pathlib import Path
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from collections.abc import Callable, Mapping
 
 from tinyglot.errors import TinyglotError
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a dataclass (configs and presets are dataclasses)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def replace(cfg: T, overrides: Mapping[str, Any], prefix: str = "") -> T:
                 f"valid settings here: {', '.join(sorted(fields))}",
             )
         current = getattr(cfg, key)
-        if dataclasses.is_dataclass(current):
+        if dataclasses.is_dataclass(current) and not isinstance(current, type):
             if not isinstance(value, Mapping):
                 raise TinyglotError(f"{prefix}{key} is a section; give it as a table of settings")
             changes[key] = replace(current, value, prefix=f"{prefix}{key}.")
@@ -121,3 +125,9 @@ def named_preset(presets: Mapping[str, Callable[[], T]], name: str, overrides: M
         raise TinyglotError(f"unknown {what} preset {name!r}", f"choose one of: {', '.join(presets)}")
     preset = presets[name]()
     return replace(preset, overrides) if overrides else preset
+
+
+def tinyglot_home() -> Path:
+    """Where tinyglot caches what it trains or computes once (the default teacher, teacher embeddings):
+    ``$TINYGLOT_HOME``, else ``~/.cache/tinyglot``."""
+    return Path(os.environ.get("TINYGLOT_HOME", Path.home() / ".cache" / "tinyglot")).expanduser()

@@ -7,17 +7,16 @@ import json
 import os
 from pathlib import Path
 
-from .config import PRESETS
+from tinyglot.app.cli import add_config_options, config_overrides
+from tinyglot.console import make_console
+from tinyglot.teacher.config import PRESETS
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from tinyglot.cli import make_console
-
-    from tinyglot.cli import config_overrides
     from tinyglot.config import to_dict
 
-    from .config import get_preset
-    from .train import train_teacher
+    from tinyglot.teacher.config import get_preset
+    from tinyglot.teacher.train import train_teacher
 
     preset = get_preset(args.preset, config_overrides(args))
     if args.print_config:
@@ -36,14 +35,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from tinyglot.cli import make_console
-
     from tinyglot.encoders import tfidf_baseline
     from tinyglot.data.embedded import load_testset
     from tinyglot.evaluation import compare, evaluate_bitext
     from tinyglot.io import atomic_write_json
 
-    from .encoder import load_teacher
+    from tinyglot.teacher.encoder import load_teacher
 
     testset = load_testset(args.data)
     name = str(args.data or "embedded test set")
@@ -73,22 +70,21 @@ def register(sub) -> None:
         description="Train an EMS teacher. Presets: " + ", ".join(PRESETS) + ". Data-parallel: "
                     "torchrun --nproc_per_node K -m tinyglot teacher train ...",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--preset", choices=sorted(PRESETS), default="ems-small")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="ems-small", help="model size and training recipe")
     p.add_argument("--data", type=Path, default=None, help="corpus file or folder (default: embedded corpus)")
     p.add_argument("--tokenizer", type=Path, default=None, help="existing tokenizer.model (default: train one)")
     p.add_argument("--out", type=Path, default=Path("runs/teacher"), help="run folder")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to metrics.jsonl)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config first")
-    from tinyglot.cli import add_config_options
-
     add_config_options(p)
     p.set_defaults(func=cmd_train)
     p = tsub.add_parser("eval", help="P@1 per language of a trained teacher next to the TF-IDF baseline")
     p.add_argument("--model", type=Path, default=Path("runs/teacher"), help="teacher run folder")
     p.add_argument("--data", type=Path, default=None, help="test set (default: embedded test set)")
-    p.add_argument("--which", choices=["best", "last"], default="best")
+    p.add_argument("--which", choices=["best", "last"], default="best",
+                   help="checkpoint: best dev P@1 (best.pt) or the last saved (last.pt)")
     p.add_argument("--margin", action="store_true", help="ratio-margin scoring (k=4)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.add_argument("--json", type=Path, default=None, help="JSON output (default: MODEL/eval.json)")
     p.set_defaults(func=cmd_eval)

@@ -13,16 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-FORMATS = ("onnx", "tflite", "savedmodel", "onnx-text", "tflite-mediapipe")
-QUANTIZE = ("none", "dynamic", "avx2", "avx512-vnni", "arm64", "static", "fp16")
-# the --quantize values each format accepts
-QUANTIZE_BY_FORMAT = {
-    "onnx": QUANTIZE,
-    "tflite": ("none", "dynamic", "fp16"),
-    "savedmodel": ("none",),
-    "onnx-text": ("none", "dynamic"),
-    "tflite-mediapipe": ("none", "dynamic"),
-}
+from tinyglot.console import make_console
+
+from tinyglot.export.formats import FORMATS, QUANTIZE, QUANTIZE_BY_FORMAT
 
 
 def default_out(model: Path, fmt: str, quantize: str) -> Path:
@@ -35,40 +28,39 @@ def _export(args: argparse.Namespace, out: Path, kwargs: dict, say):
     """``(ExportResult, PruneResult | None)`` of the export the arguments ask for."""
     pruning = None
     if args.prune_vocab:
-        from .prune import prune_and_export
+        from tinyglot.export.prune import prune_and_export
 
         languages = [x.strip() for x in args.languages.split(",") if x.strip()] if args.languages else None
         result, pruning = prune_and_export(args.model, out, args.format, languages=languages, corpus=args.corpus,
                                            student_out=args.pruned_student, say=say, **kwargs)
     elif args.format == "onnx":
-        from .onnx import export_onnx
+        from tinyglot.export.onnx import export_onnx
 
         q = kwargs.pop("quantization")
         result = export_onnx(args.model, out, q, say=say, **kwargs)
     elif args.format == "tflite":
-        from .tflite import export_tflite
+        from tinyglot.export.tflite import export_tflite
 
         result = export_tflite(args.model, out, say=say, **kwargs)
     elif args.format in ("onnx-text", "tflite-mediapipe"):
-        from .formats import export_string_bundle
+        from tinyglot.export.formats import export_string_bundle
 
         q = kwargs.pop("quantization")
         result = export_string_bundle(args.format, args.model, out, q, say=say, **kwargs)
     else:
-        from .savedmodel import export_savedmodel
+        from tinyglot.export.savedmodel import export_savedmodel
 
         result = export_savedmodel(args.model, out, say=say, **kwargs)
     return result, pruning
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tinyglot.cli import make_console
     from rich.markup import escape
     from rich.table import Table
 
     from tinyglot.errors import TinyglotError
 
-    from .bundle import human_size
+    from tinyglot.export.bundle import human_size
 
     if args.threads < 1:
         raise TinyglotError(f"--threads must be >= 1, got {args.threads}")
@@ -98,7 +90,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "onnx":
         kwargs = dict(common, quantization=args.quantize, optimize=args.optimize)
     elif args.format == "tflite":
-        from .tflite import DEFAULT_BATCH_SIZES, DEFAULT_BUCKETS, parse_ints
+        from tinyglot.export.tflite import DEFAULT_BATCH_SIZES, DEFAULT_BUCKETS, parse_ints
 
         kwargs = dict(common, quantization=args.quantize,
                       buckets=parse_ints(args.buckets) or DEFAULT_BUCKETS,
@@ -160,7 +152,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tflite: sequence-length buckets, e.g. 16,32,64,128 (clipped to the model's max_len, "
                         "which is always the largest)")
     p.add_argument("--batch-sizes", default=None,
-                   help="tflite: the batch of each signature (one signature per batch x bucket); default 1, add 8,32 for batched serving")
+                   help="tflite: the batch of each signature (one signature per batch x bucket); default 1, add 8,32 "
+                        "for batched serving")
     p.add_argument("--prune-vocab", action="store_true",
                    help="first cut the student's vocabulary to the pieces of --languages (or --corpus), "
                         "then export the pruned student")
@@ -171,7 +164,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: the embedded corpus of --languages)")
     p.add_argument("--pruned-student", type=Path, default=None,
                    help="with --prune-vocab: folder of the pruned student (default: OUT-student beside the bundle)")
-    p.add_argument("--out", type=Path, default=None, help="bundle folder (default: MODEL-FORMAT[-QUANTIZE] beside MODEL)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="bundle folder (default: MODEL-FORMAT[-QUANTIZE] beside MODEL)")
     p.add_argument("--optimize", choices=["transformers", "ort", "none"], default="transformers",
                    help="onnx: onnxruntime graph optimisation saved in the file")
     p.add_argument("--threads", type=int, default=1,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tinyglot.io import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tinyglot.pipeline import RunContext
+    from .context import RunContext
 
 VERSIONED = ("tinyglot", "torch", "transformers", "sentencepiece", "numpy", "onnx", "onnxruntime", "litert-torch",
              "ai-edge-litert", "matplotlib")
@@ -253,7 +253,7 @@ def make_figures(ctx: RunContext, data: ReportData) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     device = data.bench_rows[0]["device"]
     by_path = {column_bench_key(c): c for c in data.columns if c.path}
-    p1 = {}
+    p1: dict[str, tuple[float | None, str]] = {}
     for r in data.bench_rows:
         col = by_path.get(bench_key(r["bundle"]))
         if col is not None:
@@ -283,7 +283,7 @@ def against_teacher_bundle(data: ReportData, bundles: list[Column]) -> list[str]
 # ------------------------------------------------------------------ report.md
 def render_markdown(ctx: RunContext, data: ReportData, figures: list[Path]) -> str:
     from tinyglot.devices.report import markdown_table
-    from tinyglot.pipeline import to_toml
+    from .settings import to_toml
 
     student, teacher, tfidf = data.column("student"), data.column("teacher"), data.column("tfidf")
     retention = student.p1 / teacher.p1 if student and teacher and teacher.p1 > 0 else None
@@ -322,7 +322,8 @@ def render_markdown(ctx: RunContext, data: ReportData, figures: list[Path]) -> s
                   "Database: `bench/results.sqlite`; `bench/report/report.md` has the same tables.", "",
                   markdown_table(data.bench_rows), ""]
         for fig in figures:
-            alt = "Pareto view: latency vs P@1 and size vs P@1" if "pareto" in fig.name else "latency vs sequence length"
+            alt = ("Pareto view: latency vs P@1 and size vs P@1" if "pareto" in fig.name
+                   else "latency vs sequence length")
             lines += [f"![{alt}]({fig.relative_to(ctx.out).as_posix()})", ""]
     if bundles:
         lines += ["## Export parity", "",
@@ -400,7 +401,8 @@ def model_card(ctx: RunContext, data: ReportData, col: Column) -> str:
                       f"{p.get('mean_cosine', 0):.5f}, min cosine {p.get('min_cosine', 0):.5f}, P@1 drop "
                       f"{p.get('p1_drop', 0):+.2f} points; gates {'passed' if p.get('passed') else 'FAILED'}."]
     if b:
-        lines += ["", f"Latency on {host_line(short=True)}: p50 {_ms(b.get('p50_ms'))} ms, p90 {_ms(b.get('p90_ms'))} ms per "
+        lines += ["", f"Latency on {host_line(short=True)}: p50 {_ms(b.get('p50_ms'))} ms, "
+                      f"p90 {_ms(b.get('p90_ms'))} ms per "
                       f"query of {b.get('batch')} sentence(s) of {b.get('seq')} tokens with {b.get('threads')} "
                       f"thread(s) ({b.get('runtime')} {b.get('runtime_version') or ''}); "
                       f"{b.get('throughput_sps', 0):.1f} sentences/s."]
@@ -418,7 +420,7 @@ def write_report(ctx: RunContext) -> list[Path]:
     files = [ctx.out / "report.md", *figures]
     atomic_write_text(files[0], md)
     if ctx.cfg.report.html:
-        from tinyglot.report_html import markdown_to_html
+        from .report_html import markdown_to_html
 
         html = markdown_to_html(md, base=ctx.out, title=f"tinyglot run report ({ctx.cfg.profile})")
         atomic_write_text(ctx.out / "report.html", html)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from tinyglot.app.cli import add_config_options, config_overrides
+from tinyglot.console import make_console
+from tinyglot.distill.config import PRESETS
+from tinyglot.distill.ms_config import PRESETS as MS_PRESETS
 from tinyglot.errors import TinyglotError
 
-from .config import PRESETS
-from .ms_config import PRESETS as MS_PRESETS
-
 DEFAULT_STUDENT = {"lealla": "lealla-small", "multistage": "ms-small"}
-RECIPE_PRESETS = {"lealla": PRESETS, "multistage": MS_PRESETS}
+RECIPE_PRESETS: dict[str, Mapping[str, Any]] = {"lealla": PRESETS, "multistage": MS_PRESETS}
 
 
 def student_preset(recipe: str, student: str | None) -> str:
@@ -37,22 +40,20 @@ def distill_out(args: argparse.Namespace) -> Path:
 
 
 def _run_recipe(args: argparse.Namespace, say) -> dict:
-    from tinyglot.cli import config_overrides
-
     if args.recipe == "dimred":
-        from .run import run_dimred
+        from tinyglot.distill.run import run_dimred
 
         return run_dimred(args.dim, teacher=args.teacher, data=args.data, out=args.out,
                           progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
                           say=say)
     if args.recipe == "multistage":
-        from .multistage import run_multistage
+        from tinyglot.distill.multistage import run_multistage
 
         return run_multistage(student=student_preset("multistage", args.student), teacher=args.teacher,
                               assistant=args.assistant, stages=args.stages, data=args.data, out=args.out,
                               overrides=config_overrides(args), progress=not args.no_progress,
                               cache_dir=args.cache_dir, test_data=args.test_data, say=say)
-    from .run import run_distill
+    from tinyglot.distill.run import run_distill
 
     return run_distill(student=student_preset("lealla", args.student), teacher=args.teacher, data=args.data,
                        out=args.out, overrides=config_overrides(args), resume=args.resume,
@@ -61,7 +62,6 @@ def _run_recipe(args: argparse.Namespace, say) -> dict:
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
-    from tinyglot.cli import make_console
     from rich.markup import escape
 
     console = make_console()
@@ -82,8 +82,6 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from tinyglot.cli import add_config_options
-
     p.add_argument("--recipe", choices=["lealla", "multistage", "dimred"], default="lealla",
                    help="lealla: train a thin-deep student; multistage: teacher -> multilingual assistant -> "
                         "ALBERT student in four stages; dimred: the LEALLA 3.2 reference, a dense layer to --dim "
@@ -117,7 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="teacher-embedding cache (default: $TINYGLOT_HOME/teacher-cache, ~/.cache/tinyglot)")
     p.add_argument("--vocab-size", type=int, default=8000,
                    help="size of a new SentencePiece vocabulary when the teacher brings none")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to metrics.jsonl)")
     add_config_options(p)
     p.set_defaults(func=cmd_distill)
 

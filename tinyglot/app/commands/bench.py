@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tinyglot.console import make_console
+
 
 def int_list(text: str) -> list[int]:
     try:
@@ -17,13 +19,12 @@ def int_list(text: str) -> list[int]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tinyglot.cli import make_console
     from rich.markup import escape
     from rich.table import Table
 
     from tinyglot.errors import TinyglotError
 
-    from .bench import run_bench, tokenisation_label
+    from tinyglot.devices.bench import run_bench, tokenisation_label
 
     if not args.bundle:
         raise TinyglotError("no bundle to benchmark", "pass --bundle PATH (repeat it for more), or use "
@@ -55,10 +56,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tinyglot.cli import make_console
     from rich.markup import escape
 
-    from .report import build_report
+    from tinyglot.devices.report import build_report
 
     console = make_console()
     report = build_report(args.db, args.out, devices=args.device, p1_from=args.p1_from,
@@ -70,11 +70,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from tinyglot.cli import make_console
     from rich.markup import escape
     from rich.table import Table
 
-    from .profiles import detect_host, list_profiles, load_profile
+    from tinyglot.devices.profiles import detect_host, list_profiles, load_profile
 
     console = make_console()
     table = Table(title="device profiles (--device NAME, a .toml file, ssh://user@host[:port] or adb[://SERIAL])")
@@ -83,8 +82,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for name in list_profiles():
         p = load_profile(name)
-        table.add_row(p.name, p.kind, ",".join(map(str, p.threads)), ",".join(p.runtimes), p.int8_preset or "(detected)",
-                      escape(p.description))
+        table.add_row(p.name, p.kind, ",".join(map(str, p.threads)), ",".join(p.runtimes),
+                      p.int8_preset or "(detected)", escape(p.description))
     console.print(table)
     h = detect_host()
     console.print(escape(f"this host: {h['cpu_model']} ({h['machine']}), {h['cores_logical']} logical / "
@@ -95,7 +94,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .bench import DEFAULT_DB
+    from tinyglot.devices.bench import DEFAULT_DB
 
     p.add_argument("--bundle", action="append", type=Path, default=[],
                    help="an exported bundle (onnx, tflite; onnx-text and tflite-mediapipe take raw text: "
@@ -118,7 +117,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    from .bench import DEFAULT_DB
+    from tinyglot.devices.bench import DEFAULT_DB
 
     p = sub.add_parser(
         "bench", help="latency, throughput, memory and size of bundles per device and runtime",
@@ -130,7 +129,7 @@ def register(sub) -> None:
     bsub = p.add_subparsers(dest="bench_command", metavar="ACTION")
     r = bsub.add_parser("report", help="Markdown tables and PNG plots from the benchmark database",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    r.add_argument("--db", type=Path, default=DEFAULT_DB)
+    r.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite file of the measurements")
     r.add_argument("--out", type=Path, default=Path("runs/bench/report"), help="folder for report.md and the PNGs")
     r.add_argument("--device", action="append", default=None, help="only this device (repeatable)")
     r.add_argument("--p1-from", choices=["auto", "files", "eval"], default="auto",

@@ -1,0 +1,1 @@
+"""One module per ``tinyglot`` command; each has ``register(sub)`` adding its parser."""

@@ -1,0 +1,136 @@
+"""``tinyglot data stats|prepare|vocab|build-embedded``: corpus tools."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tinyglot.app.cli import add_header_option
+from tinyglot.console import make_console
+from tinyglot.errors import TinyglotError
+
+
+def cmd_data_stats(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from rich.table import Table
+
+    from tinyglot.data.embedded import load_pairs
+
+    pairs = load_pairs(args.input, lang=args.lang, header=args.header)
+    counts = Counter(p.lang for p in pairs)
+    table = Table(title=f"{args.input or 'embedded corpus'}: {len(pairs):,} pairs, {len(counts)} languages")
+    table.add_column("lang")
+    table.add_column("pairs", justify="right")
+    for lang, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        table.add_row(lang, f"{n:,}")
+    make_console().print(table)
+    return 0
+
+
+def cmd_data_prepare(args: argparse.Namespace) -> int:
+    from tinyglot.data import (CleanConfig, CleanStats, clean_pairs, heldout_pairs, read_corpus, select_languages,
+                               train_dev_split)
+    from tinyglot.data.embedded import write_jsonl
+    from tinyglot.languages import language_list
+
+    sample = args.sample or args.languages is not None or args.min_pairs > 0
+    cfg = CleanConfig(min_chars=args.min_chars, max_chars=args.max_chars, max_len_ratio=args.max_ratio,
+                      per_lang_cap=None if sample else args.cap)
+    stats = CleanStats()
+    pairs = list(clean_pairs(read_corpus(args.input, lang=args.lang, header=args.header), cfg, stats=stats))
+    dropped: dict[str, int] = {}
+    if sample:  # split first, so that the held-out side is not limited by the training cap
+        pairs, dropped = select_languages(pairs, language_list(args.languages), args.min_pairs, None, args.seed)
+    if not pairs:
+        raise TinyglotError(f"no pairs left in {args.input} after cleaning ({stats.summary()})",
+                            "relax the filters (--min-chars, --max-chars, --max-ratio, --min-pairs, --languages)")
+    train, dev = train_dev_split(pairs, dev_fraction=args.dev_fraction, seed=args.seed)
+    if sample:
+        train = select_languages(train, cap=args.cap, seed=args.seed)[0]
+    if args.dev_min_words or args.dev_cap is not None:
+        dev = heldout_pairs(dev, args.dev_min_words, args.dev_cap, args.seed)
+    out = Path(args.out)
+    write_jsonl(out / "train.jsonl.gz", train)
+    write_jsonl(out / "dev.jsonl.gz", dev)
+    langs = sorted({p.lang for p in pairs})
+    lines = [f"cleaning: {stats.summary()}", f"{len(langs)} languages: {', '.join(langs)}"]
+    if dropped:
+        lines.append(f"left out (fewer than {args.min_pairs} pairs): "
+                     + ", ".join(f"{lang} {n}" for lang, n in sorted(dropped.items())))
+    lines.append(f"wrote {len(train):,} train and {len(dev):,} dev pairs to {out}")
+    make_console().print("\n".join(lines))
+    return 0
+
+
+def cmd_data_vocab(args: argparse.Namespace) -> int:
+    from tinyglot.data.embedded import load_pairs
+    from tinyglot.tokenizer import Tokenizer
+
+    pairs = load_pairs(args.input, lang=args.lang)
+    langs = sorted({p.lang for p in pairs} | {"en"})
+    sentences = [s for p in pairs for s in (p.x, p.en)]
+    tok = Tokenizer.train(sentences, langs, vocab_size=args.vocab_size, model_type=args.model_type,
+                          lowercase=not args.keep_case, max_sentences=args.max_sentences, seed=args.seed)
+    tok.save(args.out)
+    make_console().print(f"wrote {args.out}: {tok.vocab_size} pieces, language tokens for {', '.join(tok.languages)}")
+    return 0
+
+
+def cmd_data_build_embedded(args: argparse.Namespace) -> int:
+    from tinyglot.data.embedded import build_embedded
+
+    hashes = build_embedded(args.shared, args.out)
+    for name, digest in hashes.items():
+        make_console().print(f"{name}  sha256 {digest}")
+    return 0
+
+
+def register(sub) -> None:
+    data = sub.add_parser("data", help="inspect, clean and split corpora; train vocabularies",
+                          description="Corpus tools. Formats: TSV, Moses pairs, JSONL, Tatoeba, gettext .po, TMX.")
+    dsub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    p = dsub.add_parser("stats", help="pairs per language of a corpus (default: the embedded corpus)")
+    p.add_argument("input", nargs="?", type=Path, help="corpus file or folder")
+    p.add_argument("--lang", help="language of the non-English side when the file name does not say")
+    add_header_option(p)
+    p.set_defaults(func=cmd_data_stats)
+    p = dsub.add_parser("prepare", help="clean (dedup, length, ratio, copies), cap and split into train/dev")
+    p.add_argument("input", type=Path, help="corpus file or folder")
+    p.add_argument("--out", type=Path, required=True, help="folder for train.jsonl.gz and dev.jsonl.gz")
+    p.add_argument("--lang", help="language of the non-English side when the file name does not say")
+    p.add_argument("--min-chars", type=int, default=1, help="drop pairs with a side shorter than this")
+    p.add_argument("--max-chars", type=int, default=1000, help="drop pairs with a side longer than this")
+    p.add_argument("--max-ratio", type=float, default=3.0, help="max character-length ratio of the two sides")
+    p.add_argument("--cap", type=int, default=None, help="at most this many pairs per language")
+    p.add_argument("--languages", help="keep only these languages: comma-separated codes, or a peer's name "
+                                       "(e5-small, use-m) for the languages it covers")
+    p.add_argument("--min-pairs", type=int, default=0,
+                   help="leave out languages with fewer pairs than this after cleaning")
+    p.add_argument("--sample", action="store_true",
+                   help="--cap draws a seeded random sample per language instead of the first pairs (implied by "
+                        "--languages and --min-pairs)")
+    p.add_argument("--dev-fraction", type=float, default=0.02,
+                   help="share of the English sentences held out for dev.jsonl.gz (no English on both sides)")
+    p.add_argument("--dev-min-words", type=int, default=0,
+                   help="held-out pairs: keep only English sides of at least this many words, each English and "
+                        "each translation once per language (a test set of full sentences)")
+    p.add_argument("--dev-cap", type=int, default=None, help="held-out pairs: at most this many per language")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and of the samples")
+    add_header_option(p)
+    p.set_defaults(func=cmd_data_prepare)
+    p = dsub.add_parser("vocab", help="train a SentencePiece vocabulary with one <2xx> token per language")
+    p.add_argument("input", nargs="?", type=Path, help="corpus file or folder (default: embedded corpus)")
+    p.add_argument("--out", type=Path, required=True, help="output .model file")
+    p.add_argument("--lang", help="language of the non-English side when the file name does not say")
+    p.add_argument("--vocab-size", type=int, default=8000, help="pieces in the vocabulary")
+    p.add_argument("--model-type", choices=["unigram", "bpe"], default="unigram", help="SentencePiece algorithm")
+    p.add_argument("--keep-case", action="store_true", help="do not lower-case (the paper lower-cases)")
+    p.add_argument("--max-sentences", type=int, default=300_000,
+                   help="train on a seeded sample of at most this many sentences")
+    p.add_argument("--seed", type=int, default=0, help="seed of that sample")
+    p.set_defaults(func=cmd_data_vocab)
+    p = dsub.add_parser("build-embedded", help="rebuild the embedded corpus and test set from shared data")
+    p.add_argument("--shared", type=Path, required=True, help="the shared data folder (train.jsonl.gz, test/)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: inside the package)")
+    p.set_defaults(func=cmd_data_build_embedded)

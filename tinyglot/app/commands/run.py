@@ -1,0 +1,60 @@
+"""``tinyglot run``: the whole job in one command (see :mod:`tinyglot.app.pipeline`)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+
+from tinyglot.app.pipeline.runner import DEFAULT_OUT, run_pipeline
+from tinyglot.app.pipeline.settings import PROFILES, load_config
+from tinyglot.app.pipeline.stages import STAGES
+from tinyglot.locks import run_lock
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.profile, args.config, args.sets)
+    previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    try:
+        with run_lock(args.out, "tinyglot run"):  # one run per folder
+            summary = run_pipeline(cfg, args.out, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"interrupted: finished stages are kept in {args.out}; rerun the same command "
+                                   "to continue (training resumes from its last checkpoint)", soft_wrap=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    reused = [name for name, ran in summary.ran.items() if not ran]
+    print(f"done in {summary.seconds:.1f} s ({len(reused)} of {len(STAGES)} stages reused"
+          f"{': ' + ', '.join(reused) if reused else ''}); report: {summary.report}"
+          + (f", {summary.out / 'report.html'}" if cfg.report.html else ""))
+    return 0
+
+
+def _sigterm_to_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run", help="the whole job in one command: teacher -> distill -> export -> eval -> bench -> report",
+        description="Run the pipeline on the embedded defaults (or your settings): teacher (the cached default, "
+                    "trained once if missing), LEALLA distillation, ONNX/TFLite export with parity checks, P@1 "
+                    "evaluation, a latency benchmark on this machine, and report.md/report.html. Finished stages "
+                    "are reused on the next run when their inputs and outputs are unchanged; an interrupted run "
+                    "continues where it stopped.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--profile", default=None,
+                   help=f"named settings: {', '.join(PROFILES)} (default: ems-small teacher, lealla-small; "
+                        "tiny: a small run for tests); without it: the config file's profile, else default")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML file with [data] [teacher] [distill] [export] [eval] [bench] [report] tables "
+                        "(OUT/config.toml of a run is one)")
+    p.add_argument("--set", dest="sets", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override one setting, e.g. --set distill.max_steps=300 --set export.formats=onnx-dynamic "
+                        "--set distill.overrides.train.lr=1e-3")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="run folder")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (also TINYGLOT_NO_PROGRESS=1)")
+    p.set_defaults(func=cmd_run)

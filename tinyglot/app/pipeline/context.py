@@ -1,0 +1,119 @@
+"""What the stages of ``tinyglot run`` share: the settings, the run folder, the data (loaded once) and
+the markers of the stages done so far."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinyglot.stagecache import Marker, StageStore, hash_json
+
+from .settings import PipelineConfig
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class StageOutput:
+    files: list[Path]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunContext:
+    """What the stages share: settings, the run folder, markers of the stages done so far."""
+
+    cfg: PipelineConfig
+    out: Path
+    say: Say
+    progress: bool
+    store: StageStore
+    markers: dict[str, Marker] = field(default_factory=dict)
+    ran: dict[str, bool] = field(default_factory=dict)  # True: ran in this invocation; False: reused
+    resume: bool = False  # set per stage: an interrupted attempt with the same inputs may be resumed
+    _pairs: list | None = None
+    _testset: dict | None = None
+
+    # -------------------------------------------------------------- data
+    def train_pairs(self) -> list:
+        if self._pairs is None:
+            from tinyglot.data.embedded import load_pairs
+
+            d = self.cfg.data
+            pairs = load_pairs(d.train or None)
+            if d.languages or d.min_pairs_per_lang:
+                from tinyglot.data import select_languages
+                from tinyglot.languages import language_list
+
+                self._pairs = select_languages(pairs, language_list(d.languages), d.min_pairs_per_lang,
+                                               d.max_pairs_per_lang or None)[0]
+            else:
+                self._pairs = cap_per_lang(pairs, d.max_pairs_per_lang)
+        return self._pairs
+
+    def testset(self) -> dict:
+        if self._testset is None:
+            from tinyglot.data.embedded import load_testset
+
+            testset = load_testset(self.cfg.data.test or None)
+            n = self.cfg.data.test_pairs_per_lang
+            self._testset = {lang: pairs[:n] if n else pairs for lang, pairs in testset.items()}
+        return self._testset
+
+    def testset_name(self) -> str:
+        name = self.cfg.data.test or "embedded test set"
+        n = self.cfg.data.test_pairs_per_lang
+        return f"{name} (first {n} pairs per language)" if n else name
+
+    # -------------------------------------------------------------- run folder
+    @property
+    def student_dir(self) -> Path:
+        return self.out / "distill" / "student"
+
+    def bundle_dir(self, name: str) -> Path:
+        return self.out / "bundles" / name
+
+    def teacher_info(self) -> dict[str, Any]:
+        return json.loads((self.out / "teacher.json").read_text(encoding="utf-8"))
+
+    def teacher_spec(self) -> str:
+        spec = self.teacher_info()["spec"]
+        return str(self.out / spec) if not Path(spec).is_absolute() and (self.out / spec).exists() else spec
+
+    def output_hash(self, stage: str, prefix: str = "") -> str:
+        """Hash of the files ``stage`` wrote under ``prefix`` (all of them by default)."""
+        outputs = self.markers[stage].outputs
+        return hash_json({k: v for k, v in outputs.items() if k.startswith(prefix)})
+
+
+def cap_per_lang(pairs: list, n: int) -> list:
+    """The first ``n`` pairs of each language, in corpus order (``n`` = 0: all)."""
+    if not n:
+        return pairs
+    seen: dict[str, int] = {}
+    out = []
+    for p in pairs:
+        if seen.get(p.lang, 0) < n:
+            seen[p.lang] = seen.get(p.lang, 0) + 1
+            out.append(p)
+    return out
+
+
+def corpus_path(path: str, test: bool = False) -> Path:
+    """A data setting as a path; empty = the embedded corpus (or test set)."""
+    from tinyglot.data.embedded import default_corpus_path, default_testset_path
+
+    if path:
+        return Path(path)
+    return default_testset_path() if test else default_corpus_path()
+
+
+def data_fingerprint(root: Path) -> dict[str, Any]:
+    """sha256 of a corpus's files by content, each file hashed once per version (device, inode, size,
+    mtime, ctime): a corpus replaced in place with the same size and mtime is not silently reused."""
+    from tinyglot.integrity import content_fingerprint
+
+    return content_fingerprint(root)

@@ -1,0 +1,80 @@
+"""Running ``tinyglot run``'s stages in order, reusing each one whose marker is still valid."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tinyglot.io import atomic_write_text
+from tinyglot.stagecache import Marker, StageStore, hash_json
+
+from .context import RunContext, Say
+from .display import RunDisplay, progress_enabled
+from .settings import PipelineConfig, to_toml
+from .stages import STAGES, StageSpec, stage_inputs
+
+DEFAULT_OUT = Path("runs/pipeline")
+
+
+@dataclass
+class RunSummary:
+    out: Path
+    seconds: float
+    ran: dict[str, bool]
+    markers: dict[str, Marker]
+
+    @property
+    def report(self) -> Path:
+        return self.out / "report.md"
+
+
+def run_pipeline(cfg: PipelineConfig, out: str | Path = DEFAULT_OUT, progress: bool = True,
+                 say: Say | None = None) -> RunSummary:
+    """Run every stage in order, reusing the ones whose markers are valid."""
+    started = time.time()
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.toml", to_toml(cfg))
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+    enabled = progress_enabled(progress)
+    with RunDisplay(len(STAGES), enabled) as display:
+        ctx = RunContext(cfg, out, say or display.say, enabled, StageStore(out))
+        for index, spec in enumerate(STAGES, 1):
+            display.stage(index, spec.name)
+            run_stage(ctx, spec, index)
+            display.done(index)
+    return RunSummary(out, time.time() - started, dict(ctx.ran), dict(ctx.markers))
+
+
+def peak_rss_mb() -> float | None:
+    """Peak resident memory of this process so far, in MB (the benchmark runner's measure; child
+    processes are left out: the benchmark reports its own)."""
+    from tinyglot.devices.runner import peak_rss_bytes
+
+    peak = peak_rss_bytes()
+    return None if peak is None else round(peak / 2**20, 1)
+
+
+def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
+    label = f"stage {index}/{len(STAGES)} {spec.name}"
+    inputs = stage_inputs(spec, ctx)
+    input_hash = hash_json(inputs)
+    marker, why = ctx.store.check(spec.name, input_hash)
+    if marker is not None:
+        ctx.say(f"{label}: reused (done {marker.finished} in {marker.seconds:.1f} s; inputs and outputs unchanged)")
+        ctx.ran[spec.name] = False
+    else:
+        ctx.say(f"{label}: running ({why})")
+        ctx.resume = ctx.store.start(spec.name, input_hash)
+        t0 = time.time()
+        output = spec.run(ctx)
+        info = {**output.info, "peak_rss_mb": peak_rss_mb()}
+        marker = ctx.store.finish(spec.name, input_hash, output.files, time.time() - t0, inputs, info)
+        ctx.ran[spec.name] = True
+        ctx.say(f"{label}: done in {marker.seconds:.1f} s")
+    ctx.markers[spec.name] = marker
+    return marker

@@ -1,0 +1,336 @@
+"""``tinyglot run``'s settings: one dataclass per section, the named profiles, loading (profile, then
+TOML file, then ``--set``) with validation, and the effective settings written back as TOML."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+import tomli_w
+
+from tinyglot.config import parse_sets, read_toml, replace, to_dict, validate_positive
+from tinyglot.errors import TinyglotError
+from tinyglot.export.formats import FORMATS, QUANTIZE_BY_FORMAT
+
+
+@dataclass
+class DataSection:
+    """Training corpus and test set; empty = the embedded ones; 0 = no cap.
+
+    ``languages`` (comma-separated codes, or a peer's name such as ``e5-small`` for the languages it
+    covers) and ``min_pairs_per_lang`` select languages of a large corpus; with either set, the cap
+    draws a seeded random sample of each language instead of its first pairs."""
+
+    train: str = ""
+    max_pairs_per_lang: int = 0
+    languages: str = ""
+    min_pairs_per_lang: int = 0
+    test: str = ""
+    test_pairs_per_lang: int = 0
+
+
+@dataclass
+class TeacherSection:
+    """``spec``: ``default`` = the cached ems-small teacher shared with ``tinyglot distill``
+    (``$TINYGLOT_HOME/teachers/ems-small-embedded``, trained once if missing); ``train`` = train
+    ``preset`` with ``overrides`` (``{"train": {"max_steps": 100}}``) on the run's corpus into
+    ``OUT/teacher``; anything else = an existing teacher (folder, ``pypi:``, ``python:``, ``tfhub:``)."""
+
+    spec: str = "default"
+    preset: str = "ems-small"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DistillSection:
+    """The student preset; ``max_steps`` is the distillation budget (steps of ``train.batch_size``
+    pairs); ``overrides`` changes any other preset setting (``{"loss": {"fd": false}}``)."""
+
+    # fast-mini (2 layers x 128) and not the paper's lealla-small (24 x 128): the default teacher,
+    # ems-small, has 3 layers x 192, so a 24-layer student would be slower than its own teacher.
+    student: str = "fast-mini"
+    max_steps: int = 600
+    overrides: dict[str, Any] = field(default_factory=dict)
+    vocab_size: int = 8000  # a new vocabulary's size, for teachers that bring none
+
+
+@dataclass
+class ExportSection:
+    """Bundles as (format, quantization); ``threads`` for the runtimes during parity checks and eval.
+
+    TFLite gets batch-1 signatures only (single-stream, as on a phone): measured on lealla-small, 4
+    signatures convert in 1 minute with 1 GB of memory, the export CLI's 12 (batches 1, 8, 32) in 6
+    minutes with 8 GB, for a 2x larger file and no faster evaluation."""
+
+    # onnx-text / tflite-mediapipe: raw strings in (SentencePiece in the graph / in MediaPipe's metadata)
+    formats: list[tuple[str, str]] = field(default_factory=lambda: [
+        ("onnx", "dynamic"), ("tflite", "dynamic"), ("onnx-text", "dynamic"), ("tflite-mediapipe", "dynamic")])
+    # The teacher as a bundle too (when it is a tinyglot model), evaluated and benchmarked beside the
+    # student: the student must beat its own teacher's deployable form, not its PyTorch fp32 one.
+    teacher_formats: list[tuple[str, str]] = field(default_factory=lambda: [("onnx", "dynamic")])
+    threads: int = 1
+    parity_sentences: int = 25  # test pairs per language of each bundle's parity check
+    tflite_buckets: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    tflite_batch_sizes: list[int] = field(default_factory=lambda: [1])
+
+
+@dataclass
+class EvalSection:
+    """``peers``: peers of :mod:`tinyglot.encoders.peers` (``use-m``, ``e5-small``, ``minilm``) evaluated beside the
+    run's models, on the same test set (each with ``threads`` threads)."""
+
+    batch_size: int = 64
+    peers: list[str] = field(default_factory=list)
+    threads: int = 1
+    # where the PyTorch models (teacher, student) are evaluated: auto = the GPU when there is one
+    device: str = "auto"
+
+
+@dataclass
+class BenchSection:
+    """Sized so that the bench stage takes about half a minute on the default bundles (six
+    measurements, each at least 200 queries after warm-up, in its own process)."""
+
+    device: str = "host"
+    torch: bool = True  # also measure the PyTorch student (the fp32 reference)
+    threads: list[int] = field(default_factory=lambda: [1])
+    batch: list[int] = field(default_factory=lambda: [1])
+    seq: list[int] = field(default_factory=lambda: [16, 64])
+    min_queries: int = 200
+    min_seconds: float = 2.0
+    warmup: int = 10
+
+
+@dataclass
+class ReportSection:
+    html: bool = True
+    model_cards: bool = True
+
+
+@dataclass
+class PipelineConfig:
+    profile: str = "default"
+    threads: int = 0  # torch intra-op threads for training and evaluation; 0 keeps torch's default
+    data: DataSection = field(default_factory=DataSection)
+    teacher: TeacherSection = field(default_factory=TeacherSection)
+    distill: DistillSection = field(default_factory=DistillSection)
+    export: ExportSection = field(default_factory=ExportSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    bench: BenchSection = field(default_factory=BenchSection)
+    report: ReportSection = field(default_factory=ReportSection)
+
+    def distill_overrides(self) -> dict[str, Any]:
+        """The student preset's overrides with the ``max_steps`` budget applied."""
+        return deep_merge(self.distill.overrides, {"train": {"max_steps": self.distill.max_steps}})
+
+    def validate(self) -> PipelineConfig:
+        from tinyglot.distill.config import get_preset as student_preset
+
+        if self.threads < 0:
+            raise TinyglotError(f"threads must be >= 0, got {self.threads}", "set threads = 0 for torch's default")
+        for name in ("max_pairs_per_lang", "min_pairs_per_lang", "test_pairs_per_lang"):
+            if getattr(self.data, name) < 0:
+                raise TinyglotError(f"data.{name} must be >= 0 (0 = all), got {getattr(self.data, name)}")
+        for name in ("train", "test"):
+            if getattr(self.data, name) and not Path(getattr(self.data, name)).exists():
+                raise TinyglotError(f"data.{name} not found: {getattr(self.data, name)}",
+                                    f"check the path, or leave data.{name} empty for the embedded data")
+        if not self.teacher.spec.strip():
+            raise TinyglotError("teacher.spec is empty",
+                                "use default, train, or a teacher folder / pypi: / python: spec")
+        if self.teacher.spec == "train":
+            from tinyglot.teacher import get_preset as teacher_preset
+
+            teacher_preset(self.teacher.preset, self.teacher.overrides)
+        student_preset(self.distill.student, self.distill_overrides())
+        validate_positive(self.distill, ("vocab_size",), "distill")
+        if not self.export.formats:
+            raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")
+        for fmt, quant in [*self.export.formats, *self.export.teacher_formats]:
+            if fmt not in QUANTIZE_BY_FORMAT:
+                raise TinyglotError(f"unknown export format {fmt!r}", f"choose one of: {', '.join(QUANTIZE_BY_FORMAT)}")
+            if quant not in QUANTIZE_BY_FORMAT[fmt]:
+                raise TinyglotError(f"quantization {quant!r} is not available for {fmt}",
+                                    f"choose one of: {', '.join(QUANTIZE_BY_FORMAT[fmt])}")
+        if len(set(self.bundle_names())) != len(self.export.formats):
+            raise TinyglotError("export.formats lists a bundle twice", "list each format-quantization once")
+        validate_positive(self.export, ("threads", "parity_sentences"), "export")
+        validate_positive(self.eval, ("batch_size", "threads"), "eval")
+        from tinyglot.encoders.peers import PEERS, peer_files
+
+        unknown = sorted(set(self.eval.peers) - set(PEERS))
+        if unknown:
+            raise TinyglotError(f"unknown peer(s) in eval.peers: {', '.join(unknown)}",
+                                f"choose among: {', '.join(PEERS)}")
+        missing = [name for name in self.eval.peers if peer_files(name) is None]
+        if missing:
+            raise TinyglotError(f"eval.peers names {', '.join(missing)}, whose package is not installed "
+                                f"({', '.join(PEERS[n].package for n in missing)})",
+                                'pip install "tinyglot[peers]", or leave the peers out: --set eval.peers=')
+        validate_positive(self.bench, ("min_queries",), "bench")
+        for name in ("tflite_buckets", "tflite_batch_sizes"):
+            _check_ints(getattr(self.export, name), f"export.{name}")
+        for name in ("threads", "batch", "seq"):
+            _check_ints(getattr(self.bench, name), f"bench.{name}")
+        if self.bench.min_seconds < 0 or self.bench.warmup < 0:
+            raise TinyglotError("bench.min_seconds and bench.warmup must be >= 0")
+        if any(fmt == "tflite" for fmt, _ in self.export.formats):
+            seqs = sorted(set(self.bench.seq) - set(self.export.tflite_buckets))
+            batches = sorted(set(self.bench.batch) - set(self.export.tflite_batch_sizes))
+            if seqs or batches:
+                raise TinyglotError(
+                    f"the TFLite bundle has no signature for bench.seq {seqs or ''} bench.batch {batches or ''}",
+                    "add them to export.tflite_buckets / export.tflite_batch_sizes, or bench other shapes")
+        return self
+
+    def bundles(self) -> list[tuple[str, str, str]]:
+        """``(format, quantization, folder name)`` of each bundle, e.g. ``("onnx", "dynamic", "onnx-dynamic")``."""
+        return [(fmt, quant, f"{fmt}-{quant}") for fmt, quant in self.export.formats]
+
+    def bundle_names(self) -> list[str]:
+        return [name for _, _, name in self.bundles()]
+
+    def teacher_bundles(self) -> list[tuple[str, str, str]]:
+        """``(format, quantization, folder name)`` of each teacher bundle, e.g. ``teacher-onnx-dynamic``."""
+        return [(fmt, quant, f"teacher-{fmt}-{quant}") for fmt, quant in self.export.teacher_formats]
+
+
+def _check_ints(values: Sequence[int], name: str) -> None:
+    if not values or min(values) < 1:
+        raise TinyglotError(f"{name} must be a non-empty list of integers >= 1, got {list(values)}")
+
+
+# ------------------------------------------------------------------ profiles and loading
+# A profile is a set of overrides of the defaults, in the same shape as a TOML file.
+PROFILES: dict[str, dict[str, Any]] = {
+    # Dev evaluation on 100 pairs per language every 200 steps.
+    # USE-multilingual (the fast peer) evaluated and benchmarked beside teacher and student.
+    "default": {"distill": {"overrides": {"train": {"eval_every": 200, "save_every": 100, "dev_pairs_per_lang": 100}}},
+                "eval": {"peers": ["use-m"]}},
+    # Small enough for a test on 2 CPU cores: ems-tiny teacher trained into the run folder on 150
+    # pairs per language, lealla-tiny student, few signatures, a few bench queries.
+    "tiny": {
+        "threads": 1,
+        "data": {"max_pairs_per_lang": 150, "test_pairs_per_lang": 40},
+        "teacher": {"spec": "train", "preset": "ems-tiny",
+                    "overrides": {"train": {"max_steps": 30, "save_every": 10, "eval_every": 30,
+                                            "batch_size": 16, "dev_fraction": 0.1, "dev_pairs_per_lang": 20,
+                                            "vocab_sentences": 3000}, "model": {"vocab_size": 1000}}},
+        "distill": {"student": "lealla-tiny", "max_steps": 20,
+                    "overrides": {"train": {"save_every": 10, "eval_every": 20, "dev_fraction": 0.1,
+                                              "dev_pairs_per_lang": 20}}},
+        "export": {"parity_sentences": 20, "tflite_buckets": [48], "tflite_batch_sizes": [1]},
+        "eval": {"batch_size": 32},
+        "bench": {"seq": [48], "min_queries": 20, "min_seconds": 0.2, "warmup": 2},
+    },
+    # The strong-teacher path: multilingual-e5-small (its embeddings of the distinct English sentences
+    # computed once, cached in chunks) into the fast-small student (2 layers x 256, 16k vocabulary), on
+    # every pair of every language of the corpus that e5 covers with at least 1,500 pairs; the peers
+    # evaluated beside it.  Give it a large corpus: `--set data.train=corpus.jsonl.gz` (the embedded
+    # one has 10 languages).  Measured in the README (stage 2c).
+    "e5": {
+        "data": {"languages": "e5-small", "min_pairs_per_lang": 1500},
+        "teacher": {"spec": "e5-small"},
+        "distill": {"student": "fast-small", "max_steps": 2600, "vocab_size": 16000,
+                    "overrides": {"train": {"warmup_steps": 200, "eval_every": 500, "save_every": 250,
+                                            "dev_pairs_per_lang": 50}}},
+        "eval": {"peers": ["use-m", "e5-small"]},
+    },
+}
+
+
+def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, nested tables merged key by key (``extra`` wins)."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_format(item: Any) -> tuple[str, str]:
+    """``"onnx-dynamic"``, ``"onnx:dynamic"`` or ``["onnx", "dynamic"]`` -> ``("onnx", "dynamic")``;
+    ``"onnx-text-dynamic"`` -> ``("onnx-text", "dynamic")``."""
+    if isinstance(item, (list, tuple)) and len(item) == 2:
+        return str(item[0]).strip(), str(item[1]).strip()
+    # format names may hold a "-" too: onnx-text-dynamic
+    text = str(item).strip()
+    sep = ":" if ":" in text else "-"
+    known = [f for f in sorted(FORMATS, key=len, reverse=True) if text.startswith(f + sep)]
+    fmt, _, quant = (known[0], sep, text[len(known[0]) + 1:]) if known else text.partition(sep)
+    if not fmt or not quant:
+        raise TinyglotError(f"export.formats item {item!r} is not FORMAT-QUANTIZATION",
+                            "write e.g. onnx-dynamic, tflite-dynamic, onnx-none, tflite-fp16")
+    return fmt.strip(), quant.strip()
+
+
+def _parse_list(name: str, value: Any, item_type: Any) -> list:
+    """A list setting from TOML (a list) or ``--set`` (comma-separated text)."""
+    items = [x for x in value.split(",") if x.strip()] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise TinyglotError(f"{name} must be a list, got {value!r}", f"write e.g. {name}=1,2")
+    if get_origin(item_type) is tuple:
+        return [_parse_format(x) for x in items]
+    caster = {int: int, float: float, str: str}.get(item_type, lambda x: x)
+    try:
+        return [caster(x.strip() if isinstance(x, str) else x) for x in items]
+    except (TypeError, ValueError):
+        raise TinyglotError(f"{name} must be a list of {item_type.__name__}, got {value!r}") from None
+
+
+def _prepare_section(section: Any, name: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn list and table settings into their values (lists parsed, tables merged into the current
+    ones); scalars and unknown keys go to :func:`tinyglot.config.replace`, which checks them."""
+    hints = get_type_hints(type(section))
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        hint = hints.get(key)
+        origin = get_origin(hint)
+        if origin is dict:
+            if not isinstance(value, Mapping):
+                raise TinyglotError(f"{name}.{key} is a table of settings, got {value!r}",
+                                    f"write e.g. --set {name}.{key}.train.lr=1e-3")
+            out[key] = deep_merge(getattr(section, key), value)
+        elif origin is list:
+            out[key] = _parse_list(f"{name}.{key}", value, get_args(hint)[0])
+        else:
+            out[key] = value
+    return out
+
+
+def apply_overrides(cfg: PipelineConfig, data: Mapping[str, Any]) -> PipelineConfig:
+    """A copy of ``cfg`` with ``data`` (a profile, a TOML file, ``--set`` values) applied."""
+    prepared: dict[str, Any] = {}
+    for key, value in data.items():
+        current = getattr(cfg, key, None)
+        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+            prepared[key] = _prepare_section(current, key, value)
+        else:
+            prepared[key] = value
+    return replace(cfg, prepared)
+
+
+def load_config(profile: str | None = None, config_file: str | Path | None = None,
+                sets: Sequence[str] | None = None) -> PipelineConfig:
+    """The profile (``--profile``, else ``--set profile=``, else the file's ``profile``, else
+    ``default``), then the TOML file, then ``--set`` values; validated."""
+    from_file = read_toml(config_file) if config_file else {}
+    from_sets = parse_sets(list(sets or []))
+    name = profile or from_sets.pop("profile", None) or from_file.pop("profile", None) or "default"
+    from_file.pop("profile", None)
+    if name not in PROFILES:
+        raise TinyglotError(f"unknown profile {name!r}", f"choose one of: {', '.join(PROFILES)}")
+    cfg = PipelineConfig(profile=name)
+    for layer in (PROFILES[name], from_file, from_sets):
+        cfg = apply_overrides(cfg, layer)
+    return cfg.validate()
+
+
+def to_toml(cfg: PipelineConfig) -> str:
+    """The settings as a TOML file that ``--config`` reads back to the same config."""
+    return tomli_w.dumps(to_dict(cfg))

@@ -1,0 +1,393 @@
+"""The six stages of ``tinyglot run``, each an adapter from the run's settings to a stage's library
+functions: what its result depends on (``*_inputs``) and how it runs (``run_*``), in order in ``STAGES``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from tinyglot.config import to_dict
+from tinyglot.errors import TinyglotError
+from tinyglot.io import atomic_write_json, folder_bytes
+from tinyglot.stagecache import hash_json
+
+from .context import RunContext, Say, StageOutput, corpus_path, data_fingerprint
+from .settings import ExportSection, PipelineConfig
+
+STAGE_VERSION = 1  # bump when a stage's outputs change meaning: every marker is then stale
+
+
+# ------------------------------------------------------------------ stage 1: teacher
+def teacher_inputs(ctx: RunContext) -> dict[str, Any]:
+    t = ctx.cfg.teacher
+    if t.spec == "default":
+        from tinyglot.teacher.default import default_teacher_dir
+
+        return {"spec": "default", "path": str(default_teacher_dir())}
+    if t.spec == "train":
+        from tinyglot.teacher import get_preset
+
+        return {"spec": "train", "preset": t.preset, "settings": to_dict(get_preset(t.preset, t.overrides)),
+                "data": train_data_inputs(ctx.cfg)}
+    return {"spec": t.spec}
+
+
+def train_data_inputs(cfg: PipelineConfig) -> dict[str, Any]:
+    return {"train": cfg.data.train, "max_pairs_per_lang": cfg.data.max_pairs_per_lang,
+            "languages": cfg.data.languages, "min_pairs_per_lang": cfg.data.min_pairs_per_lang,
+            "files": data_fingerprint(corpus_path(cfg.data.train))}
+
+
+def run_teacher(ctx: RunContext) -> StageOutput:
+    t = ctx.cfg.teacher
+    resumed = False
+    if t.spec == "default":
+        from tinyglot.teacher.default import ensure_default_teacher
+
+        path: Path | None = ensure_default_teacher(ctx.say, ctx.progress)
+        spec = str(path)
+    elif t.spec == "train":
+        from tinyglot.teacher import TeacherTrainer, get_preset
+
+        path = ctx.out / "teacher"
+        resumed = ctx.resume and (path / "last.pt").exists()
+        if not resumed:
+            shutil.rmtree(path, ignore_errors=True)
+        ctx.say(f"teacher: {'resuming the interrupted run from its last.pt' if resumed else 'training'} "
+                f"{t.preset} on {len(ctx.train_pairs()):,} pairs -> {path}")
+        TeacherTrainer(get_preset(t.preset, t.overrides), path, ctx.train_pairs(), None, t.preset, resumed,
+                       ctx.progress).train()
+        spec = "teacher"
+    else:
+        from tinyglot.distill.run import resolve_spec
+
+        spec = resolve_spec(t.spec)
+        path = Path(spec) if Path(spec).is_dir() else None
+    info = {"spec": spec, **(describe_peer(spec) or describe_teacher(path))}
+    atomic_write_json(ctx.out / "teacher.json", info)
+    return StageOutput([ctx.out / "teacher.json", *teacher_files(path)], {**info, "resumed": resumed})
+
+
+def teacher_files(path: Path | None) -> list[Path]:
+    """The files that define a teacher: a tinyglot teacher's config, tokenizer and weights; any other
+    folder whole; nothing for a ``pypi:``/``python:`` spec (the spec itself is hashed)."""
+    if path is None:
+        return []
+    from tinyglot.export.bundle import SOURCE_KINDS, source_weight_files
+    from tinyglot.models import read_model_config
+
+    try:
+        cfg = read_model_config(path)
+    except TinyglotError:
+        return [path]
+    if cfg.get("kind") not in SOURCE_KINDS:
+        return [path]
+    return [path / "config.json", path / cfg.get("tokenizer", "tokenizer.model"), *source_weight_files(path, cfg)]
+
+
+def describe_peer(spec: str) -> dict[str, Any] | None:
+    """Kind, dimension and bytes of a peer teacher (``e5-small``, ``peer:use-m``); None for other specs."""
+    from tinyglot.encoders.peers import PEERS, peer_files
+
+    name = spec.removeprefix("peer:")
+    if name not in PEERS or Path(spec).exists():
+        return None
+    files = peer_files(name)
+    return {"kind": f"peer: {PEERS[name].model}", "dim": PEERS[name].dim,
+            "bytes": folder_bytes(files) if files is not None else None}
+
+
+def describe_teacher(path: Path | None) -> dict[str, Any]:
+    """Kind, dimension, encoder parameter count and weight bytes of a tinyglot teacher folder."""
+    if path is None:
+        return {"kind": "external"}
+    from tinyglot.export.bundle import source_size, source_weight_files
+    from tinyglot.models import read_model_config
+
+    try:
+        cfg = read_model_config(path)
+    except TinyglotError:
+        return {"kind": "folder"}
+    info = {"kind": cfg.get("kind"), "preset": cfg.get("preset"), "dim": cfg.get("dim"),
+            "max_len": cfg.get("max_len"), "languages": cfg.get("languages"),
+            "trained_steps": cfg.get("trained_steps"), "best_dev_p1": cfg.get("best_dev_p1"),
+            "bytes": source_size(path, cfg)}
+    weights = source_weight_files(path, cfg)
+    if cfg.get("kind") == "ems-teacher" and weights:
+        from tinyglot.training import load_checkpoint
+
+        state = load_checkpoint(weights[0])["model"]
+        info["parameters"] = sum(v.numel() for k, v in state.items() if k.startswith("encoder."))
+    return info
+
+
+# ------------------------------------------------------------------ stage 2: distill
+def distill_inputs(ctx: RunContext) -> dict[str, Any]:
+    from tinyglot.distill.config import get_preset
+
+    d = ctx.cfg.distill
+    return {"student": d.student, "settings": to_dict(get_preset(d.student, ctx.cfg.distill_overrides())),
+            "vocab_size": d.vocab_size, "data": train_data_inputs(ctx.cfg)}
+
+
+def run_distill(ctx: RunContext) -> StageOutput:
+    from tinyglot.distill.config import get_preset
+    from tinyglot.distill.run import lealla_trainer
+    from tinyglot.models import read_model_config
+
+    d = ctx.cfg.distill
+    out = ctx.out / "distill"
+    resumed = ctx.resume and (out / "last.pt").exists()
+    if not resumed:
+        shutil.rmtree(out, ignore_errors=True)
+    spec = ctx.teacher_spec()
+    ctx.say(f"distill: {'resuming the interrupted run from its last.pt: ' if resumed else ''}{d.student} "
+            f"from {spec}, {d.max_steps} steps on {len(ctx.train_pairs()):,} pairs -> {out}")
+    trainer = lealla_trainer(get_preset(d.student, ctx.cfg.distill_overrides()), d.student, spec, ctx.train_pairs(),
+                             out, vocab_size=d.vocab_size, resume=resumed, progress=ctx.progress)
+    result = trainer.train()
+    cfg = read_model_config(result.student_dir)
+    summary = {"student": d.student, "teacher": spec, "teacher_dim": trainer.teacher_dim, "dim": cfg["dim"],
+               "parameters": cfg["parameters"], "bytes": folder_bytes(result.student_dir / "model"),
+               "trained_steps": result.steps, "best_dev_p1": result.best_dev_p1,
+               "train_pairs": len(ctx.train_pairs()), "languages": cfg["languages"], "max_len": cfg["max_len"],
+               "settings": {"student": cfg["student"], "loss": cfg["loss"], "train": cfg["train"]}}
+    atomic_write_json(out / "summary.json", summary)  # (no timings: its hash changes only with the student)
+    return StageOutput([result.student_dir, out / "summary.json"],
+                       {"resumed": resumed, "train_seconds": round(result.seconds, 1), "steps": result.steps})
+
+
+# ------------------------------------------------------------------ stage 3: export
+def export_inputs(ctx: RunContext) -> dict[str, Any]:
+    inputs: dict[str, Any] = {"export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)}
+    if ctx.cfg.export.teacher_formats and "teacher" in ctx.markers:  # the teacher bundles depend on it
+        inputs["teacher"] = ctx.output_hash("teacher")
+    return inputs
+
+
+def testset_inputs(cfg: PipelineConfig) -> dict[str, Any]:
+    return {"test": cfg.data.test, "test_pairs_per_lang": cfg.data.test_pairs_per_lang,
+            "files": data_fingerprint(corpus_path(cfg.data.test, test=True))}
+
+
+def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: ExportSection, testset: dict,
+                  say: Say):
+    """One bundle with the export stage's functions; returns its ``ExportResult``."""
+    threads, max_sentences = section.threads, section.parity_sentences
+    if fmt == "onnx":
+        from tinyglot.export.onnx import export_onnx
+
+        return export_onnx(student, out, quant, threads=threads, max_sentences=max_sentences, testset=testset,
+                           say=say)
+    if fmt == "tflite":
+        from tinyglot.export.tflite import export_tflite
+
+        return export_tflite(student, out, quant, buckets=section.tflite_buckets,
+                             batch_sizes=section.tflite_batch_sizes, threads=threads, max_sentences=max_sentences,
+                             testset=testset, say=say)
+    if fmt in ("onnx-text", "tflite-mediapipe"):
+        from tinyglot.export.formats import export_string_bundle
+
+        return export_string_bundle(fmt, student, out, quant, card=False, threads=threads,
+                                    max_sentences=max_sentences, testset=testset, say=say)
+    from tinyglot.export.savedmodel import export_savedmodel
+
+    return export_savedmodel(student, out, quant, threads=threads, max_sentences=max_sentences, testset=testset,
+                             say=say)
+
+
+def run_export(ctx: RunContext) -> StageOutput:
+    files: list[Path] = []
+    info: dict[str, Any] = {}
+    for fmt, quant, name in ctx.cfg.bundles():
+        out = ctx.bundle_dir(name)
+        shutil.rmtree(out, ignore_errors=True)  # never mix files of two exports
+        ctx.say(f"export: {fmt} ({quant}) -> {out}")
+        result = export_bundle(fmt, quant, ctx.student_dir, out, ctx.cfg.export, ctx.testset(), ctx.say)
+        files.append(out)
+        info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
+                      "files": result.sizes}
+    teacher = exportable_teacher(ctx)
+    for fmt, quant, name in ctx.cfg.teacher_bundles():
+        if teacher is None:
+            break
+        out = ctx.bundle_dir(name)
+        shutil.rmtree(out, ignore_errors=True)
+        ctx.say(f"export: the teacher as {fmt} ({quant}) -> {out}")
+        result = export_bundle(fmt, quant, teacher, out, ctx.cfg.export, ctx.testset(), ctx.say)
+        files.append(out)
+        info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
+                      "files": result.sizes}
+    return StageOutput(files, info)
+
+
+def exportable_teacher(ctx: RunContext) -> Path | None:
+    """The teacher's folder when tinyglot can export it (an EMS run or a tinyglot student), else None."""
+    from tinyglot.export.bundle import SOURCE_KINDS
+    from tinyglot.models import read_model_config
+
+    if not (ctx.out / "teacher.json").is_file():
+        return None
+    path = Path(ctx.teacher_spec())
+    try:
+        return path if path.is_dir() and read_model_config(path).get("kind") in SOURCE_KINDS else None
+    except TinyglotError:
+        return None
+
+
+# ------------------------------------------------------------------ stage 4: eval
+def eval_inputs(ctx: RunContext) -> dict[str, Any]:
+    return {"eval": to_dict(ctx.cfg.eval), "test": testset_inputs(ctx.cfg), "tfidf": train_data_inputs(ctx.cfg)}
+
+
+@dataclass
+class EvalModel:
+    name: str  # column name in the report
+    kind: str  # tfidf | teacher | student | bundle
+    path: str
+    identity: str  # what the cached result depends on
+    open: Callable[[], Any]
+
+
+def eval_models(ctx: RunContext) -> list[EvalModel]:
+    import tinyglot
+
+    def tfidf():
+        from tinyglot.evaluation.tfidf import TfidfEncoder
+
+        pairs = ctx.train_pairs()
+        return TfidfEncoder().fit([p.x for p in pairs] + [p.en for p in pairs])
+
+    def teacher():
+        from tinyglot.encoders import load_encoder
+
+        return load_encoder(ctx.teacher_spec(), device=ctx.cfg.eval.device)
+
+    student = ctx.student_dir
+    models = [EvalModel("TF-IDF", "tfidf", "", hash_json(train_data_inputs(ctx.cfg)), tfidf),
+              EvalModel("teacher", "teacher", ctx.teacher_spec(), ctx.output_hash("teacher"), teacher),
+              EvalModel("student (PyTorch)", "student", str(student), ctx.output_hash("distill", "distill/student/"),
+                        partial(tinyglot.load, student, device=ctx.cfg.eval.device))]
+    for name in ctx.cfg.bundle_names():
+        path = ctx.bundle_dir(name)
+        models.append(EvalModel(name, "bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
+                                partial(tinyglot.load, path)))
+    for name in exported_teacher_bundles(ctx):
+        path = ctx.bundle_dir(name)
+        models.append(EvalModel(name, "teacher-bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
+                                partial(tinyglot.load, path)))
+    for name in ctx.cfg.eval.peers:
+        from tinyglot.encoders.peers import PEERS, load_peer
+
+        models.append(EvalModel(f"peer {name}", "peer", PEERS[name].package, name,
+                                partial(load_peer, name, threads=ctx.cfg.eval.threads)))
+    return models
+
+
+def run_eval(ctx: RunContext) -> StageOutput:
+    from tinyglot.evaluation import BitextResult, evaluate_bitext
+
+    cache = ctx.out / "eval" / "cache"
+    test_key = hash_json({"test": testset_inputs(ctx.cfg), "eval": to_dict(ctx.cfg.eval)})
+    rows: list[dict[str, Any]] = []
+    for m in eval_models(ctx):
+        path = cache / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
+        cached = path.is_file()
+        if cached:
+            result = BitextResult.read_json(path)
+            ctx.say(f"eval: {m.name}: {100 * result.primary_metric:.1f} (cached)")
+        else:
+            result = evaluate_bitext(m.open(), ctx.testset(), batch_size=ctx.cfg.eval.batch_size,
+                                     model_name=m.name, testset_name=ctx.testset_name())
+            result.write_json(path)
+            ctx.say(f"eval: {m.name}: {100 * result.primary_metric:.1f} ({result.seconds:.1f} s)")
+        rows.append({"name": m.name, "kind": m.kind, "path": m.path, "cached": cached, "result": result.to_dict()})
+    results = {"testset": ctx.testset_name(), "models": rows}
+    atomic_write_json(ctx.out / "eval" / "results.json", results)
+    return StageOutput([ctx.out / "eval" / "results.json"],
+                       {r["name"]: round(100 * r["result"]["primary_metric"], 2) for r in rows})
+
+
+# ------------------------------------------------------------------ stage 5: bench
+def bench_inputs(ctx: RunContext) -> dict[str, Any]:
+    return {"bench": to_dict(ctx.cfg.bench), "peers": ctx.cfg.eval.peers}
+
+
+def bench_targets(ctx: RunContext) -> list[Path | str]:
+    """The PyTorch student (if asked), every ONNX / TFLite bundle (string-in ones included) and the
+    peers of ``eval.peers`` (``peer:NAME``, through their own Python API), so that the report's
+    Pareto view puts them side by side."""
+    targets: list[Path | str] = [ctx.student_dir] if ctx.cfg.bench.torch else []
+    teacher = set(exported_teacher_bundles(ctx))
+    targets += [ctx.bundle_dir(name) for fmt, _, name in [*ctx.cfg.bundles(), *ctx.cfg.teacher_bundles()]
+                if fmt in ("onnx", "tflite", "onnx-text", "tflite-mediapipe")
+                and (name in ctx.cfg.bundle_names() or name in teacher)]
+    return targets + [f"peer:{name}" for name in ctx.cfg.eval.peers]
+
+
+def exported_teacher_bundles(ctx: RunContext) -> list[str]:
+    """Names of the teacher bundles the export stage wrote (none for teachers tinyglot cannot export)."""
+    return [name for _, _, name in ctx.cfg.teacher_bundles() if name in ctx.markers["export"].info]
+
+
+def run_bench_stage(ctx: RunContext) -> StageOutput:
+    from tinyglot.devices.bench import run_bench
+    from tinyglot.devices.report import build_report
+
+    b = ctx.cfg.bench
+    folder = ctx.out / "bench"
+    db = folder / "results.sqlite"
+    shutil.rmtree(folder, ignore_errors=True)  # the database holds exactly this run's measurements
+    targets = bench_targets(ctx)
+    if not targets:
+        raise TinyglotError("nothing to benchmark", "set bench.torch = true or export an onnx / tflite bundle")
+    run = run_bench(targets, b.device, threads=b.threads, batch=b.batch, seq=b.seq, min_queries=b.min_queries,
+                    min_seconds=b.min_seconds, warmup=b.warmup, db_path=db, progress=ctx.progress, say=ctx.say)
+    if run.failed:
+        raise TinyglotError("benchmark failed: " + "; ".join(f"{label}: {why}" for label, why in run.failed),
+                            "see the message; rerun `tinyglot run` to retry the bench stage")
+    report = build_report(db, folder / "report", p1_from="files", say=ctx.say)
+    return StageOutput([db, report.markdown, *report.plots],
+                       {"device": run.device, "measurements": len(run.rows), "skipped": run.skipped})
+
+
+# ------------------------------------------------------------------ stage 6: report
+def report_inputs(ctx: RunContext) -> dict[str, Any]:
+    return {"report": to_dict(ctx.cfg.report)}
+
+
+def run_report(ctx: RunContext) -> StageOutput:
+    from .report import write_report
+
+    files = write_report(ctx)
+    return StageOutput(files, {"report": "report.md"})
+
+
+# ------------------------------------------------------------------ the stages in order
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    depends: tuple[str, ...]  # stages whose outputs this one reads
+    inputs: Callable[[RunContext], dict[str, Any]]
+    run: Callable[[RunContext], StageOutput]
+
+
+STAGES: tuple[StageSpec, ...] = (
+    StageSpec("teacher", (), teacher_inputs, run_teacher),
+    StageSpec("distill", ("teacher",), distill_inputs, run_distill),
+    StageSpec("export", ("distill",), export_inputs, run_export),
+    StageSpec("eval", ("teacher", "distill", "export"), eval_inputs, run_eval),
+    StageSpec("bench", ("distill", "export"), bench_inputs, run_bench_stage),
+    StageSpec("report", ("teacher", "distill", "export", "eval", "bench"), report_inputs, run_report),
+)
+STAGE_NAMES = tuple(s.name for s in STAGES)
+
+
+def stage_inputs(spec: StageSpec, ctx: RunContext) -> dict[str, Any]:
+    """Everything a stage's result depends on: its settings and its upstream stages' outputs."""
+    return {"stage": spec.name, "version": STAGE_VERSION, "settings": spec.inputs(ctx),
+            "upstream": {d: ctx.markers[d].output_hash for d in spec.depends}}
