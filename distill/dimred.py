@@ -74,7 +74,7 @@ def train_dimred(teacher, teacher_spec: str, pairs: list[Pair], out: str | Path,
 def load_dimred(path: str | Path, device: str = "cpu", teacher: str | None = None) -> DimRedEncoder:
     """The dimension-reduction encoder of ``path`` over the teacher its config names (``teacher``:
     the spec to use instead, e.g. a ``python:`` teacher, which a folder may not name itself)."""
-    from tinyglot.encoders import load_encoder as load_teacher_encoder
+    from tinyglot.encoders import load_teacher as load_teacher_encoder
 
     path = Path(path)
     cfg = read_model_config(path)

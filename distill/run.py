@@ -64,7 +64,7 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
                out: str | Path | None = None, progress: bool = True, cache_dir: str | Path | None = None,
                test_data: str | Path | None = None, steps: int = 2000, say=print) -> dict:
     """LEALLA section 3.2 reference: a dense layer to ``dim`` on the frozen teacher, evaluated."""
-    from tinyglot.encoders import load_encoder as load_teacher_encoder
+    from tinyglot.encoders import load_teacher as load_teacher_encoder
     from tinyglot.encoders import tfidf_baseline
 
     from .dimred import load_dimred, train_dimred
@@ -94,7 +94,7 @@ def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out
     model), teacher embeddings cached in ``cache_dir`` (default ``$TINYGLOT_HOME/teacher-cache``)."""
     from tinyglot.training import training_device
 
-    from tinyglot.encoders import load_encoder as load_teacher_encoder
+    from tinyglot.encoders import load_teacher as load_teacher_encoder
 
     from .lealla import LeallaTrainer
 

@@ -14,7 +14,16 @@ from tinyglot.languages import KNOWN_LANGUAGES, lang_from_filename, language_nam
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # Every language code of the shipped training data (README: 131 languages).
-TRAIN_CODES = ["ab", "af", "am", "ar", "ast", "awa", "az", "ba", "bar", "be", "ber", "bg", "bn", "bo", "br", "bs", "ca", "cak", "ckb", "crh", "cs", "cv", "cy", "da", "de", "dsb", "dv", "dz", "el", "eo", "es", "et", "eu", "fa", "fi", "fil", "fo", "fr", "fur", "fy", "ga", "gd", "gl", "gu", "gug", "he", "hi", "hr", "hsb", "ht", "hu", "hy", "ia", "id", "ie", "ig", "io", "is", "it", "ja", "ka", "kab", "kk", "km", "kmr", "kn", "ko", "ksh", "ku", "kw", "ky", "lb", "ln", "lo", "lt", "lv", "lzh", "mi", "mk", "ml", "mn", "mr", "mrh", "ms", "my", "nb", "ne", "nl", "nn", "no", "oc", "om", "os", "pa", "peo", "pl", "ps", "pt", "ro", "ru", "rw", "sc", "si", "sk", "skr", "sl", "sq", "sr", "sv", "sw", "ta", "te", "tet", "tg", "th", "tk", "tl", "tlh", "tok", "tr", "tt", "tzm", "udm", "ug", "uk", "ur", "uz", "vi", "yue", "zgh", "zh"]
+TRAIN_CODES = [
+    "ab", "af", "am", "ar", "ast", "awa", "az", "ba", "bar", "be", "ber", "bg", "bn", "bo", "br", "bs", "ca", "cak",
+    "ckb", "crh", "cs", "cv", "cy", "da", "de", "dsb", "dv", "dz", "el", "eo", "es", "et", "eu", "fa", "fi", "fil",
+    "fo", "fr", "fur", "fy", "ga", "gd", "gl", "gu", "gug", "he", "hi", "hr", "hsb", "ht", "hu", "hy", "ia", "id",
+    "ie", "ig", "io", "is", "it", "ja", "ka", "kab", "kk", "km", "kmr", "kn", "ko", "ksh", "ku", "kw", "ky", "lb",
+    "ln", "lo", "lt", "lv", "lzh", "mi", "mk", "ml", "mn", "mr", "mrh", "ms", "my", "nb", "ne", "nl", "nn", "no",
+    "oc", "om", "os", "pa", "peo", "pl", "ps", "pt", "ro", "ru", "rw", "sc", "si", "sk", "skr", "sl", "sq", "sr",
+    "sv", "sw", "ta", "te", "tet", "tg", "th", "tk", "tl", "tlh", "tok", "tr", "tt", "tzm", "udm", "ug", "uk", "ur",
+    "uz", "vi", "yue", "zgh", "zh"
+]
 
 
 @pytest.mark.parametrize(

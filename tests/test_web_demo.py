@@ -40,8 +40,9 @@ def _need(what: str, ok: bool) -> None:
 
 def _server(model: Path, results: list, done: threading.Event) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.SimpleHTTPRequestHandler):
-        extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".wasm": "application/wasm",
-                          ".mjs": "text/javascript"}
+        extensions_map: ClassVar[dict[str, str]] = {
+            **http.server.SimpleHTTPRequestHandler.extensions_map, ".wasm": "application/wasm",
+            ".mjs": "text/javascript"}
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, directory=str(WEB), **kwargs)

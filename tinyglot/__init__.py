@@ -1,8 +1,9 @@
 """tinyglot: turn a multilingual sentence encoder into a small, fast on-device model.
 
 The core (this package) holds the data readers, the SentencePiece tokenizer, the ``Encoder``
-protocol, evaluation and the CLI.  The stages install as subpackages: ``tinyglot.teacher``,
-``tinyglot.distill``, ``tinyglot.export`` and ``tinyglot.devices``.
+protocol, the encoder adapters and evaluation.  The stages install as subpackages: ``tinyglot.teacher``,
+``tinyglot.distill``, ``tinyglot.export`` and ``tinyglot.devices``; the command line and ``tinyglot run``
+are the application layer on top, ``tinyglot.app``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 
 # transformers imports TensorFlow when it is installed (the [tf] extra); torch-only processes do
-# not need it, and importing it costs seconds and oversubscribes threads (see TOOLCHAIN.md).
+# not need it, and importing it costs seconds and oversubscribes threads.
 os.environ.setdefault("USE_TF", "0")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
@@ -28,4 +29,4 @@ def load(path: str | os.PathLike[str], device: str = "cpu") -> Encoder:
     exported bundles run on their runtime's CPU provider whatever it says."""
     from tinyglot.models import load_encoder
 
-    return load_encoder(path, device=device)
+    return load_encoder(os.fspath(path), device=device)

@@ -25,6 +25,15 @@ class Encoder(Protocol):
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray: ...
 
 
+class TeacherEncoder(Encoder, Protocol):
+    """An encoder that can teach: its output width and a stable ``identity()`` that keys the embedding cache."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def identity(self) -> str: ...
+
+
 class TokenBatchRunner(Protocol):
     """A model fed padded token ids: ``tokenizer`` (encode_ids, pad), ``max_len`` and ``run_batch``."""
 

@@ -100,7 +100,8 @@ def check_sha256(folder: str | Path, recorded: object, what: str = "bundle") -> 
     for name, want in recorded.items():
         path = folder_file(folder, name, "'sha256'")
         if not path.is_file():
-            raise TinyglotError(f"{folder} lacks {name}", f"re-create the {what} (tinyglot export) or download it again")
+            raise TinyglotError(f"{folder} lacks {name}",
+                                f"re-create the {what} (tinyglot export) or download it again")
         if sha256_file(path) != want:
             raise TinyglotError(
                 f"{path} is not the file this {what} was exported with (its sha256 differs from the one in "

@@ -99,7 +99,10 @@ def load_tokenized(folder: Path, grouped: dict[str, list[Pair]], meta: dict[str,
         log.warning("token cache %s was made for other inputs: tokenising again", folder)
         return None
     n, langs = int(have.get("pairs", -1)), have.get("langs")
-    ok = (isinstance(langs, list) and set(langs) <= set(grouped)
+    if not isinstance(langs, list):
+        log.warning("token cache %s is damaged: tokenising again", folder)
+        return None
+    ok = (set(langs) <= set(grouped)
           and all(len(arrays[k]) == n for k in ("lang", "source", "en_key"))
           and all(len(arrays[k]) == n + 1 for k in ("x_offsets", "en_offsets"))
           and n > 0 and int(arrays["x_offsets"][-1]) == len(arrays["x_ids"])

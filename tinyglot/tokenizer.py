@@ -260,7 +260,7 @@ class Tokenizer:
 
 
 def _take(items: Iterable[str], n: int) -> list[str]:
-    out = []
+    out: list[str] = []
     for item in items:
         if len(out) >= n:
             break

@@ -99,7 +99,7 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
 
     from ..ms_config import get_preset
     from ..run import ensure_default_teacher, resolve_spec, tinyglot_home
-    from tinyglot.encoders import load_encoder as load_teacher_encoder
+    from tinyglot.encoders import load_teacher as load_teacher_encoder
 
     started = time.time()
     preset = get_preset(student, overrides)

@@ -340,6 +340,7 @@ def heldout_pairs(pairs: Iterable[Pair], min_words: int = 0, cap: int | None = N
 
 
 __all__ = [
-    "CleanConfig", "CleanStats", "clean_pairs", "english_key", "heldout_pairs", "select_languages", "group_by_lang", "require_languages",
+    "CleanConfig", "CleanStats", "clean_pairs", "english_key", "heldout_pairs", "select_languages", "group_by_lang",
+    "require_languages",
     "sampling_probs", "LanguageSampler", "train_dev_split",
 ]

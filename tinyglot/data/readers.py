@@ -411,7 +411,7 @@ def _json_pair(line: str, path: Path, lineno: int) -> tuple[str, str, str, str, 
                             "\\ud800 without its pair), which is not text",
                             "fix or drop the line; write the character itself or both halves of the "
                             "surrogate pair", line=lineno) from None
-    return tuple(values)  # type: ignore[return-value]
+    return values[0], values[1], values[2], values[3], values[4]
 
 
 def _jsonl(path: Path, only_lang: str | None, max_line_chars: int,
@@ -646,16 +646,21 @@ _TMX_CHUNK = 1 << 16
 def _xml_events(f: BinaryIO) -> Iterator[tuple[str, ET.Element, int]]:
     """``(event, element, line)`` of an XML stream, fed line by line (at most 64 KiB at a time) so
     that each event knows its line."""
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
     line = 1
     while chunk := f.readline(_TMX_CHUNK):
         parser.feed(chunk)
-        for event, elem in parser.read_events():
-            yield event, elem, line
+        yield from _elements(parser, line)
         line += chunk.count(b"\n")
     parser.close()
-    for event, elem in parser.read_events():
-        yield event, elem, line
+    yield from _elements(parser, line)
+
+
+def _elements(parser: ET.XMLPullParser[ET.Element], line: int) -> Iterator[tuple[str, ET.Element, int]]:
+    """The pending start/end events of ``parser`` (other event kinds carry no element)."""
+    for event in parser.read_events():
+        if len(event) == 2 and isinstance(event[1], ET.Element):
+            yield event[0], event[1], line
 
 
 def _tmx(path: Path, only: str | None, max_line_chars: int, stats: ReadStats) -> Iterator[Pair]:

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
-from tinyglot.encoder import Encoder
+from tinyglot.encoder import Encoder, TeacherEncoder
 from tinyglot.errors import TinyglotError
 
 from .base import EncoderAdapter
@@ -147,8 +148,17 @@ def load_encoder(spec: str | Path, device: str = "cpu") -> Encoder:
     return load_folder(path, device, s.text)
 
 
+def load_teacher(spec: str | Path, device: str = "cpu") -> TeacherEncoder:
+    """:func:`load_encoder` for distillation: the encoder must have a ``dim`` and a cache ``identity()``."""
+    enc = load_encoder(spec, device)
+    if not callable(getattr(enc, "identity", None)):
+        raise TinyglotError(f"{spec!r} cannot be a teacher: it has no stable identity to key the embedding cache",
+                            accepted())
+    return cast(TeacherEncoder, enc)
+
+
 __all__ = [
     "ACCEPTED_FORMS", "BASELINES", "PEERS", "PREFIXES", "CallableEncoder", "EncoderAdapter", "PeerEncoder",
     "PeerInfo", "SentenceTransformersEncoder", "TFHubEncoder", "TinyglotModelEncoder", "TransformersEncoder",
-    "load_encoder", "load_folder", "load_peer", "parse_spec", "peer_files", "tfidf_baseline",
+    "load_encoder", "load_folder", "load_teacher", "load_peer", "parse_spec", "peer_files", "tfidf_baseline",
 ]
