@@ -1,4 +1,4 @@
-"""Per-device latency, throughput, memory and size benchmarks of exported bundles (issue #7).
+"""Per-device latency, throughput, memory and size benchmarks of exported bundles.
 
 Conventions of MLPerf Mobile (single-stream) and TFLite's ``benchmark_model``: load the model
 (load time), warm up, then measure queries one after the other, at least 1,000 queries and 60 s

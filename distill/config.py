@@ -48,7 +48,7 @@ class StudentConfig:
 
 @dataclass
 class LossConfig:
-    """L = alpha * L_ams + beta * L_fd + gamma * L_ld (lealla.md eq. 5), each switchable."""
+    """L = alpha * L_ams + beta * L_fd + gamma * L_ld (LEALLA, arXiv:2302.08387, eq. 5), each switchable."""
 
     ams: bool = True
     fd: bool = True
@@ -89,7 +89,7 @@ class LossConfig:
 
 @dataclass
 class DistillTrainConfig(TrainSettings):
-    """LEALLA settings; lr 5e-4 is lealla.md App. B's for hidden sizes <= 256."""
+    """LEALLA settings; lr 5e-4 is the LEALLA paper's (App. B) for hidden sizes <= 256."""
 
     teacher_batch_size: int = 64
     # Gradient checkpointing (recompute activations in the backward pass; the same results, less
@@ -161,7 +161,7 @@ def _fast_tiny() -> DistillPreset:
     return preset
 
 
-# lealla.md Table 2 / App. B: 24 layers; small 128/8/512, base 192/12/768, large 256/8/1024;
+# the LEALLA paper, Table 2 / App. B: 24 layers; small 128/8/512, base 192/12/768, large 256/8/1024;
 # beta 1e3 for small and base, 1e4 for large; alpha 1, gamma 1e-2, T 100.
 PRESETS = {
     "lealla-small": lambda: _lealla(128, 8, 512, 1e3),

@@ -1,4 +1,5 @@
-"""LEALLA objectives (METHOD.md section 2; lealla.md eq. 1-4)."""
+"""LEALLA objectives (Mao and Nakagawa, "LEALLA: Learning Lightweight Language-agnostic Sentence Embeddings
+with Knowledge Distillation", arXiv:2302.08387, eq. 1-4)."""
 
 from __future__ import annotations
 

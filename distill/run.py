@@ -3,7 +3,9 @@ report they write (the default teacher they fall back on is :mod:`tinyglot.teach
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tinyglot.config import tinyglot_home
@@ -15,6 +17,8 @@ from tinyglot.teacher.default import ensure_default_teacher
 from tinyglot.tokenizer import Tokenizer
 
 from .config import get_preset
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ensure_default_teacher", "lealla_trainer", "resolve_spec", "run_dimred", "run_distill",
            "teacher_tokenizer", "tinyglot_home", "write_report"]
@@ -62,7 +66,7 @@ def write_report(out: Path, results: list[BitextResult], info: dict, reference: 
 
 def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = None,
                out: str | Path | None = None, progress: bool = True, cache_dir: str | Path | None = None,
-               test_data: str | Path | None = None, steps: int = 2000, say=print) -> dict:
+               test_data: str | Path | None = None, steps: int = 2000, say: Callable[[str], None] = log.info) -> dict:
     """LEALLA section 3.2 reference: a dense layer to ``dim`` on the frozen teacher, evaluated."""
     from tinyglot.encoders import load_teacher as load_teacher_encoder
     from tinyglot.encoders import tfidf_baseline
@@ -107,7 +111,7 @@ def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out
 def run_distill(student: str = "lealla-small", teacher: str | None = None, data: str | Path | None = None,
                 out: str | Path | None = None, overrides: dict | None = None, resume: bool = False,
                 progress: bool = True, cache_dir: str | Path | None = None, test_data: str | Path | None = None,
-                vocab_size: int = 8000, say=print) -> dict:
+                vocab_size: int = 8000, say: Callable[[str], None] = log.info) -> dict:
     """Distill ``teacher`` (default: the cached ems-small teacher) into a ``student`` preset."""
     started = time.time()
     preset = get_preset(student, overrides)

@@ -27,7 +27,7 @@ LOADER = "tinyglot.distill.student:load_student"
 class Student(nn.Module):
     """The student encoder and, for training, the feature-distillation dense layer f: d -> d_teacher.
 
-    f is applied AFTER the student embedding (lealla.md App. C); it is not part of the exported model.
+    f is applied AFTER the student embedding (the LEALLA paper, App. C); it is not part of the exported model.
     """
 
     def __init__(self, cfg: StudentConfig, teacher_dim: int | None = None) -> None:

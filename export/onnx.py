@@ -1,31 +1,12 @@
 """ONNX bundles: export a student (or an EMS teacher) with pooling and normalisation in the graph,
 optimise it for onnxruntime, quantize it, and run it as an ``Encoder``.
 
-The recipe follows ``shared/TOOLCHAIN.md``: the legacy TorchScript exporter (``dynamo=False``,
-opset 17: faster graphs than the dynamo exporter), inputs ``input_ids`` + ``attention_mask``
-(int64, dynamic batch and sequence axes), one output ``sentence_embedding`` (L2-normalised mean
-pooling), then onnxruntime's transformer fusions (Attention, SkipLayerNormalization,
-EmbedLayerNormalization, BiasGelu) and, on request, quantization:
-
-============  ==========================================================================
-mode          how
-============  ==========================================================================
-``none``      fp32, fused graph
-``dynamic``   ``quantize_dynamic`` of the fused graph (int8 weights, activations quantized
-              per batch at run time); presets :meth:`QuantizationConfig.avx2`,
-              :meth:`~QuantizationConfig.avx512_vnni`, :meth:`~QuantizationConfig.arm64`
-``static``    ``quantize_static`` (QDQ, int8 weights and activations) calibrated on
-              tokenised corpus sentences (the embedded corpus by default), on the fused graph:
-              fused Attention stays fp32.  Quantizing the unfused graph (attention scores and
-              softmax in int8 too) drifts too far on deep students: measured on a trained
-              24-layer lealla-small, mean cosine 0.898 and -17 P@1 unfused, 0.9999 fused
-``fp16``      ``onnxruntime.transformers.float16`` (fp16 weights, fp32 inputs/outputs);
-              halves the file, not faster on x86 CPUs
-============  ==========================================================================
-
-Every quantized file is checked: it must hold integer (or fp16) weights and be much smaller
-than the fp32 graph, else the export fails (TOOLCHAIN: an "int8" file barely smaller than fp32
-was not quantized).
+The recipe: the legacy TorchScript exporter (``dynamo=False``, opset 17; its graphs ran faster than
+the dynamo exporter's), inputs ``input_ids`` + ``attention_mask`` (int64, dynamic batch and sequence
+axes), one output ``sentence_embedding`` (L2-normalised mean pooling), then onnxruntime's transformer
+fusions and, on request, quantization (the modes and presets are in :mod:`tinyglot.export.quantize`).
+Every quantized file is checked: it must hold integer (or fp16) weights and be much smaller than the
+fp32 graph, else the export fails (an "int8" file barely smaller than fp32 was not quantized).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ The bundle folder IS the SavedModel (``saved_model.pb`` + ``variables/``), with 
 3. the encoder: the TensorFlow twin of the student's transformers model,
    ``transformers.TFAutoModel.from_pretrained(student/model, from_pt=True)`` (TFBertModel for a
    LEALLA student, TFAlbertModel for a multi-stage student; see :mod:`tinyglot.registry`);
-4. mean pooling over the mask (``tf.expand_dims``, TOOLCHAIN) and L2 normalisation.
+4. mean pooling over the mask (``tf.expand_dims``) and L2 normalisation.
 
 Signatures: ``serving_default`` (``sentences``: string ``[None]`` -> ``sentence_embedding``) and
 ``encode_ids`` (``input_ids``/``attention_mask``: int32 ``[None, None]`` -> ``sentence_embedding``).

@@ -1,12 +1,12 @@
 """TFLite bundles: a student (or EMS teacher) converted with litert-torch, one signature per
 (batch, sequence-length) bucket in one ``model.tflite``, run with the LiteRT interpreter.
 
-The recipe follows ``shared/TOOLCHAIN.md``: litert-torch converts at fixed input shapes only
+The recipe: litert-torch converts at fixed input shapes only
 (dynamic sequence length did not convert), so the file holds one signature per bucket, named
 ``b{batch}_s{seq}`` (e.g. ``b1_s16`` ... ``b32_s128``); the weights are stored once and shared by
 all signatures.  Inputs are int32 ``input_ids`` / ``attention_mask`` (bound by name at run time),
 the output is the L2-normalised mean-pooled embedding (pooling and normalisation in the graph, the
-:class:`~tinyglot.export.onnx.EmbeddingModule` of the ONNX export).
+:class:`~tinyglot.export.bundle.EmbeddingModule` every format shares).
 
 ============  ==========================================================================
 mode          how (``litert_torch.generative.quantize.quant_recipes``)
@@ -18,8 +18,8 @@ mode          how (``litert_torch.generative.quantize.quant_recipes``)
 ============  ==========================================================================
 
 Every quantized file is checked by reading its flatbuffer: the constant weights must really be
-int8 (or fp16) and take much less room than fp32 (TOOLCHAIN: the PT2E quantizer silently did
-nothing; the quant recipes work).
+int8 (or fp16) and take much less room than fp32 (the PT2E quantizer silently did nothing
+here; the quant recipes work).
 
 :class:`TFLiteEncoder` tokenises, truncates to the largest bucket (= the bundle's ``max_len``),
 picks the smallest sequence bucket that holds the longest sentence of each batch, pads, and runs
@@ -286,7 +286,7 @@ def verify_quantized(path: str | Path, mode: str, fp32_weight_bytes: int | None 
             raise TinyglotError(
                 f"the dynamic int8 TFLite model was not really quantized: {100 * low:.0f}% of constant "
                 f"elements int8, weights take {ratio:.2f}x their fp32 size",
-                "use litert-torch's quant_recipes.full_dynamic_recipe (TOOLCHAIN: the PT2E quantizer "
+                "use litert-torch's quant_recipes.full_dynamic_recipe (the PT2E quantizer "
                 "silently does nothing)")
     elif mode == "fp16":
         half = w.get("float16", 0) / total

@@ -11,7 +11,7 @@ from tinyglot.errors import TinyglotError
 
 @dataclass
 class EMSModelConfig:
-    """Shape of the EMS dual encoder and switches for the paper's ablations (ems.md Table 13)."""
+    """Shape of the EMS dual encoder and switches for the paper's ablations (EMS, arXiv:2205.15744, Table 13)."""
 
     vocab_size: int = 8000
     hidden_size: int = 256
@@ -47,7 +47,7 @@ class EMSTrainConfig(TrainSettings):
     """Optimisation, data and logging settings of a teacher run (EMS defaults)."""
 
     batch_size: int = 128
-    weight_decay: float = 1e-5  # ems.md
+    weight_decay: float = 1e-5  # the EMS paper's value
     warmup_steps: int = 200
     max_steps: int = 3000
     # vocabulary (used when no tokenizer is given)
@@ -65,8 +65,8 @@ class EMSPreset:
 
 
 def _paper() -> EMSPreset:
-    # ems.md section 4: 6 layers, hidden 1024, 16 heads, FFN 4096, 60k vocabulary, max 120 tokens,
-    # Adam lr 3e-4 with 10k warm-up steps, weight decay 1e-5, dropout 0.1, 152 pairs per batch.
+    # the EMS paper (arXiv:2205.15744), section 4: 6 layers, hidden 1024, 16 heads, FFN 4096, 60k vocabulary,
+    # max 120 tokens, Adam lr 3e-4 with 10k warm-up steps, weight decay 1e-5, dropout 0.1, 152 pairs per batch.
     return EMSPreset(
         EMSModelConfig(vocab_size=60000, hidden_size=1024, num_layers=6, num_heads=16, ffn_size=4096),
         EMSTrainConfig(batch_size=152, lr=3e-4, warmup_steps=10000, max_steps=300000,

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Callable
 from pathlib import Path
 
 from tinyglot.config import tinyglot_home
 from tinyglot.errors import TinyglotError
 from tinyglot.models import read_model_config
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TEACHER_PRESET = "ems-small"
 
@@ -27,7 +31,7 @@ def teacher_is_complete(path: Path) -> bool:
     return done and ((path / "best.pt").exists() or (path / "last.pt").exists())
 
 
-def ensure_default_teacher(say: Callable[[str], None] = print, progress: bool = True,
+def ensure_default_teacher(say: Callable[[str], None] = log.info, progress: bool = True,
                            preset: str = DEFAULT_TEACHER_PRESET) -> Path:
     """The cached default teacher, trained on the embedded corpus first if there is none."""
     from .config import get_preset

@@ -1,4 +1,5 @@
-"""EMS training objectives (METHOD.md section 1; ems.md eq. 2-11).
+"""EMS training objectives (Mao et al., "EMS: Efficient and Effective Massively Multilingual Sentence
+Embedding Learning", arXiv:2205.15744, eq. 2-11).
 
 All functions return SUMS over the batch; the model divides the total by N as the paper does:
 L = (L_XTR + L_cntrs) / N.

@@ -1,5 +1,5 @@
 """The EMS dual encoder: a randomly initialised ``transformers`` BertModel with mean pooling,
-an XTR head and a contrastive head (ems.md Fig. 1)."""
+an XTR head and a contrastive head (the EMS paper, arXiv:2205.15744, Fig. 1)."""
 
 from __future__ import annotations
 

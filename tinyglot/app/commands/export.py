@@ -144,7 +144,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "onnxruntime-extensions); tflite-mediapipe (raw strings in MediaPipe's TextEmbedder: "
                         "TFLite Metadata with the SentencePiece model)")
     p.add_argument("--quantize", choices=QUANTIZE, default="none",
-                   help="onnx: none (fp32); dynamic int8 (TOOLCHAIN recipe); avx2 / avx512-vnni / arm64 "
+                   help="onnx: none (fp32); dynamic int8 (per-tensor); avx2 / avx512-vnni / arm64 "
                         "(dynamic int8 presets per CPU); static int8 calibrated on the embedded corpus; fp16. "
                         "tflite: none, dynamic (dynamic-range int8), fp16. savedmodel: none. onnx-text: none, dynamic "
                         "(int8 encoder). tflite-mediapipe: none, dynamic (dynamic-range int8)")

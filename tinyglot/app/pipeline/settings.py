@@ -61,9 +61,9 @@ class DistillSection:
 class ExportSection:
     """Bundles as (format, quantization); ``threads`` for the runtimes during parity checks and eval.
 
-    TFLite gets batch-1 signatures only (single-stream, as on a phone): measured on lealla-small, 4
-    signatures convert in 1 minute with 1 GB of memory, the export CLI's 12 (batches 1, 8, 32) in 6
-    minutes with 8 GB, for a 2x larger file and no faster evaluation."""
+    TFLite gets batch-1 signatures only (single-stream, as on a phone): every extra batch size costs
+    conversion time, memory and file size, and batch signatures did not make evaluation faster (the
+    README's export section has the numbers)."""
 
     # onnx-text / tflite-mediapipe: raw strings in (SentencePiece in the graph / in MediaPipe's metadata)
     formats: list[tuple[str, str]] = field(default_factory=lambda: [
