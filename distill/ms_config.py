@@ -1,4 +1,5 @@
-"""Multi-stage distillation settings (multistage-distillation.md section 3) with named presets.
+"""Multi-stage distillation settings (Ding et al., "Multi-stage Distillation Framework for Cross-Lingual
+Semantic Similarity Matching", section 3) with named presets.
 
 The paper (section 4.2): AdamW, lr 2e-5, 10 % warm-up, batch 64, max 128 tokens, 20 epochs for
 each of stages 1-3 and 60 for stage 4, on millions of pairs (TED2020, WikiMatrix, Europarl,
@@ -164,7 +165,7 @@ def _small() -> MSPreset:
 
 
 def _paper() -> MSPreset:
-    # multistage-distillation.md: B = 128, |RU| = 3 applied 4 times, lr 2e-5, batch 64; steps per
+    # the multi-stage paper: B = 128, |RU| = 3 applied 4 times, lr 2e-5, batch 64; steps per
     # stage are the user's to set (20 epochs of their corpus; 60 in stage 4).  For GPUs.
     return MSPreset(
         MSStudentConfig(embedding_size=128, unit_layers=3, passes=4),  # max_len: the assistant's (paper: 128)

@@ -126,6 +126,6 @@ def register(sub) -> None:
         description="LEALLA distillation: AMS + feature + logit distillation into a thin-deep student. "
                     "With no arguments: the cached ems-small teacher, the embedded corpus, lealla-small. "
                     "--recipe multistage: an (English) teacher, a multilingual assistant and a recurrent "
-                    "ALBERT student, four resumable stages (multistage-distillation.md).",
+                    "ALBERT student, four resumable stages (Ding et al., Findings of NAACL 2022).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_arguments(p)
