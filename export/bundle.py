@@ -347,8 +347,33 @@ def export_bundle(converter: Converter, model: str | Path, out: str | Path, *, s
     return ExportResult(out, cfg, report, converter.sizes(out), source_size(source.path, source.config), stats)
 
 
+
+@dataclass
+class StringBundleConverter(Converter):
+    """A raw-strings-in format (tokenizer inside the file): after the in-process parity the file is checked
+    again in a separate process that has only the stock runtime (``standalone_script`` beside
+    :mod:`tinyglot.export.parity`), and the bundle gets a model card."""
+
+    threads: int = 1
+    standalone: bool = True
+    card: bool = True
+    standalone_script: str = ""
+    standalone_runtime: str = ""  # what that process has, for the progress line
+
+    def verify(self, report: Any, out: Path, source: Source, reference: Any, testset: Any, gates: Any,
+               max_sentences: int, say: Callable[[str], None]) -> None:
+        from .parity import check_standalone
+
+        if self.standalone:
+            say(f"checking the file in a separate process with {self.standalone_runtime} only")
+            report.standalone = check_standalone(self.standalone_script, out / self.model_files[0], reference,
+                                                 source.tokenizer, source.max_len, testset, gates,
+                                                 languages=source.tokenizer.languages,
+                                                 max_sentences=max_sentences, threads=self.threads)
+
 __all__ = [
     "BUNDLE_KIND", "CONFIG", "PARITY", "SOURCE_KINDS", "TOKENIZER", "Converter", "ExportResult", "Source",
+    "StringBundleConverter",
     "bundle_config", "eager_attention", "embedding_module_class", "encode_token_batches", "export_bundle",
     "file_sizes", "find_transformer",
     "human_size", "load_source", "open_source", "read_bundle", "source_sha", "source_size", "source_weight_files",

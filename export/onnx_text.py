@@ -42,11 +42,12 @@ from typing import Any
 
 import numpy as np
 
+from tinyglot.encoder import check_sentences
 from tinyglot.errors import TinyglotError
 from tinyglot.ortx import ortx_library_path, preload_ortx
 
-from .bundle import Converter, ExportResult, Source, embedding_module_class, export_bundle, read_bundle
-from .parity import Gates, ParityReport, parity_paragraph
+from .bundle import ExportResult, Source, StringBundleConverter, embedding_module_class, export_bundle, read_bundle
+from .parity import STANDALONE_ONNX, Gates, ParityReport, parity_paragraph
 
 LOADER = "tinyglot.export.onnx_text:load_onnx_text_bundle"
 FORMAT = "onnx-text"
@@ -196,19 +197,6 @@ def session_options(threads: int = 1):
     return so
 
 
-def check_sentences(sentences: Sequence[str]) -> list[str]:
-    """The checks every tinyglot encoder makes: a list of strings, at least one."""
-    if isinstance(sentences, str):
-        raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
-    out = list(sentences)
-    for i, s in enumerate(out):
-        if not isinstance(s, str):
-            raise TinyglotError(f"sentence #{i} is a {type(s).__name__}, not a string", "pass a list of str")
-    if not out:
-        raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-    return out
-
-
 def raise_on_empty(sentences: Sequence[str], ids: np.ndarray, rows: Sequence[int] | np.ndarray) -> None:
     """The Tokenizer's error for a sentence without tokens, found from the graph's ``input_ids``."""
     for k, row in enumerate(rows):
@@ -245,7 +233,7 @@ class OnnxTextEncoder:
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         from tinyglot.encoder import encode_by_length
 
-        texts = check_sentences(sentences)
+        texts = check_sentences(sentences, blank_ok=True)
 
         def run(rows: np.ndarray) -> np.ndarray:
             emb, ids = self.run_texts([texts[i] for i in rows])
@@ -267,16 +255,15 @@ def load_onnx_text_bundle(path: str | Path, threads: int = 1, **_: Any) -> OnnxT
 
 # ====================================================================== the whole export
 @dataclass
-class OnnxTextConverter(Converter):
+class OnnxTextConverter(StringBundleConverter):
     """onnx-text's part of :func:`~tinyglot.export.bundle.export_bundle`: the ONNX export (traced,
     optimised, quantized) with the SentencePiece op in front, checked again in a process that has
     only onnxruntime + onnxruntime-extensions, and a model card."""
 
     qcfg: Any = None
-    threads: int = 1
-    standalone: bool = True
-    card: bool = True
     applied: str = ""
+    standalone_script: str = STANDALONE_ONNX
+    standalone_runtime: str = "onnxruntime + onnxruntime-extensions"
 
     def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
         from .onnx import OPSET, _bert_shape, export_module, optimize_graph, quantize_graph, verify_quantized
@@ -300,16 +287,6 @@ class OnnxTextConverter(Converter):
 
     def gates(self) -> Gates:
         return gates_for_mode(self.qcfg.mode)
-
-    def verify(self, report: Any, out: Path, source: Source, reference: Any, testset: Any, gates: Any,
-               max_sentences: int, say: Callable[[str], None]) -> None:
-        from .parity import STANDALONE_ONNX, check_standalone
-
-        if self.standalone:
-            say("checking the file in a separate process with onnxruntime + onnxruntime-extensions only")
-            report.standalone = check_standalone(STANDALONE_ONNX, out / MODEL_FILE, reference, source.tokenizer,
-                                                 source.max_len, testset, gates, languages=source.tokenizer.languages,
-                                                 max_sentences=max_sentences, threads=self.threads)
 
     def extra(self, stats: dict, exported: Any, source: Source) -> dict:
         from .onnx import OPSET

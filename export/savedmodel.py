@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tinyglot.encoder import encode_by_length
+from tinyglot.encoder import check_sentences, encode_by_length
 from tinyglot.errors import TinyglotError
 from tinyglot.registry import KINDS
 
@@ -252,17 +252,7 @@ class SavedModelEncoder:
                              tf.constant(np.asarray(mask, dtype=np.int32))), dtype=np.float32)
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        if isinstance(sentences, str):
-            raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
-        sentences = list(sentences)
-        if not sentences:
-            raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-        for i, s in enumerate(sentences):
-            if not isinstance(s, str):
-                raise TinyglotError(f"sentence #{i} is a {type(s).__name__}, not a string", "pass a list of str")
-            if not s.strip():
-                raise TinyglotError(f"sentence #{i} is empty (or only whitespace): {s!r}",
-                                    "drop empty strings before encoding")
+        sentences = check_sentences(sentences)
         return encode_by_length([len(s) for s in sentences], batch_size,
                                 lambda rows: self.embed_strings([sentences[i] for i in rows]))
 

@@ -46,8 +46,8 @@ import numpy as np
 
 from tinyglot.errors import TinyglotError
 
-from .bundle import TOKENIZER, Converter, ExportResult, Source, eager_attention, export_bundle, read_bundle
-from .parity import Gates, ParityReport, parity_paragraph
+from .bundle import TOKENIZER, ExportResult, Source, StringBundleConverter, eager_attention, export_bundle, read_bundle
+from .parity import STANDALONE_MEDIAPIPE, Gates, ParityReport, parity_paragraph
 
 LOADER = "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle"
 FORMAT = "tflite-mediapipe"
@@ -236,9 +236,9 @@ class MediaPipeTextEncoder:
         return emb, ids
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        from .onnx_text import check_sentences
+        from tinyglot.encoder import check_sentences
 
-        texts = check_sentences(sentences)
+        texts = check_sentences(sentences, blank_ok=True)
         rows = []
         for i, text in enumerate(texts):
             emb, ids = self.run_text(text)
@@ -263,16 +263,15 @@ def load_tflite_mediapipe_bundle(path: str | Path, **_: Any) -> MediaPipeTextEnc
 
 # ====================================================================== the whole export
 @dataclass
-class MediaPipeConverter(Converter):
+class MediaPipeConverter(StringBundleConverter):
     """tflite-mediapipe's part of :func:`~tinyglot.export.bundle.export_bundle`: litert-torch conversion
     with MediaPipe's BERT text-embedder metadata (the tokenizer inside), parity through MediaPipe's
     TextEmbedder, again in a process with mediapipe only, and a model card."""
 
     mode: str = "none"
-    threads: int = 1
-    standalone: bool = True
-    card: bool = True
     width: int = 0
+    standalone_script: str = STANDALONE_MEDIAPIPE
+    standalone_runtime: str = "mediapipe"
 
     def check(self, source: Source) -> None:
         if not source.tokenizer.folds_case:
@@ -305,16 +304,6 @@ class MediaPipeConverter(Converter):
 
     def dim(self, exported: Any, reference: Any) -> int:
         return self.width
-
-    def verify(self, report: Any, out: Path, source: Source, reference: Any, testset: Any, gates: Any,
-               max_sentences: int, say: Callable[[str], None]) -> None:
-        from .parity import STANDALONE_MEDIAPIPE, check_standalone
-
-        if self.standalone:
-            say("checking the file in a separate process with mediapipe only")
-            report.standalone = check_standalone(STANDALONE_MEDIAPIPE, out / MODEL_FILE, reference, source.tokenizer,
-                                                 source.max_len, testset, gates, languages=source.tokenizer.languages,
-                                                 max_sentences=max_sentences, threads=self.threads)
 
     def extra(self, stats: dict, exported: Any, source: Source) -> dict:
         import mediapipe

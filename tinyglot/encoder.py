@@ -43,8 +43,9 @@ class TokenBatchRunner(Protocol):
     def run_batch(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
 
 
-def check_sentences(sentences: Sequence[str]) -> list[str]:
-    """The input check of every ``encode``: a non-empty list of non-blank strings, else a clear error."""
+def check_sentences(sentences: Sequence[str], blank_ok: bool = False) -> list[str]:
+    """The input check of every ``encode``: a non-empty list of non-blank strings, else a clear error.
+    ``blank_ok``: blank strings pass (a tokenizer inside the graph reports a sentence without tokens)."""
     if isinstance(sentences, str):
         raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
     sentences = list(sentences)
@@ -53,7 +54,7 @@ def check_sentences(sentences: Sequence[str]) -> list[str]:
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise TinyglotError(f"sentence #{i} is a {type(sentence).__name__}, not a string", "pass a list of str")
-        if not sentence.strip():
+        if not blank_ok and not sentence.strip():
             raise TinyglotError(f"sentence #{i} is empty (or only whitespace): {sentence!r}",
                                 "drop empty strings before encoding")
     return sentences
