@@ -20,6 +20,7 @@ from tinyglot.models import TorchEncoder, read_model_config
 from tinyglot.training import select_device, training_device
 
 from ..cache import teacher_embeddings
+from ..ms_config import MSPreset
 from .io import load_assistant, load_multistage
 from .trainer import STAGES, MultiStageTrainer, parse_stages
 
@@ -93,6 +94,20 @@ def write_ms_report(out: Path, results: list[BitextResult], info: dict, stages: 
     return report
 
 
+def multistage_trainer(preset: MSPreset, preset_name: str, teacher_spec: str, assistant_spec: str,
+                       pairs: list[Pair], out: Path, cache_dir: str | Path | None = None, progress: bool = True,
+                       say: Callable[[str], None] = log.info) -> MultiStageTrainer:
+    """A ``MultiStageTrainer`` from the teacher ``teacher_spec`` through the assistant folder
+    ``assistant_spec``, teacher embeddings cached in ``cache_dir`` (default ``$TINYGLOT_HOME/teacher-cache``)."""
+    from tinyglot.config import tinyglot_home
+    from tinyglot.encoders import load_teacher as load_teacher_encoder
+
+    # the teacher pass runs on the training device (under torchrun: this process's GPU)
+    teacher_enc = load_teacher_encoder(teacher_spec, device=str(training_device(preset.train)))
+    return MultiStageTrainer(preset, out, pairs, assistant_spec, teacher_enc, teacher_enc.identity(), preset_name,
+                             Path(cache_dir or tinyglot_home() / "teacher-cache"), progress, say)
+
+
 def run_multistage(student: str = "ms-small", teacher: str | None = None, assistant: str | None = None,
                    stages: str | Sequence[int] | None = None, data: str | Path | None = None,
                    out: str | Path | None = None, overrides: dict | None = None, progress: bool = True,
@@ -103,20 +118,18 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
 
     from ..ms_config import get_preset
     from ..run import ensure_default_teacher, resolve_spec, tinyglot_home
-    from tinyglot.encoders import load_teacher as load_teacher_encoder
 
     started = time.time()
     preset = get_preset(student, overrides)
     wanted = parse_stages(stages)
     teacher_spec = resolve_spec(teacher or DEFAULT_TEACHER)
-    # the teacher pass runs on the training device (under torchrun: this process's GPU)
-    teacher_enc = load_teacher_encoder(teacher_spec, device=str(training_device(preset.train)))
     assistant_spec = resolve_spec(assistant) if assistant else str(ensure_default_teacher(say, progress))
     out = Path(out or Path("runs") / "distill" / student)
     cache = Path(cache_dir or tinyglot_home() / "teacher-cache")
     say(f"distill (multi-stage): {student} from teacher {teacher_spec} through assistant {assistant_spec} -> {out}")
-    trainer = MultiStageTrainer(preset, out, load_pairs(data), assistant_spec, teacher_enc, teacher_enc.identity(),
-                                student, cache, progress, say)
+    trainer = multistage_trainer(preset, student, teacher_spec, assistant_spec, load_pairs(data), out, cache,
+                                 progress, say)
+    teacher_enc = trainer.teacher
     ran = {r.stage: r for r in trainer.run(wanted)}
     if not trainer.ctx.is_main:  # data-parallel: rank 0 evaluates and writes the report
         shutdown_distributed()
@@ -139,4 +152,5 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
     return write_ms_report(out, results, info, stage_rows)
 
 
-__all__ = ["DEFAULT_TEACHER", "LookupEncoder", "evaluate_models", "run_multistage", "write_ms_report"]
+__all__ = ["DEFAULT_TEACHER", "LookupEncoder", "evaluate_models", "multistage_trainer", "run_multistage",
+           "write_ms_report"]

@@ -356,7 +356,9 @@ def model_card(ctx: RunContext, data: ReportData, col: Column) -> str:
     """README.md of a student or bundle folder: languages, intended use, limits, numbers."""
     s = data.student
     langs = [lang for lang in (s.get("languages") or []) if lang != "en"]
-    fmt = "PyTorch (transformers BertModel, fp32)" if col.kind == "student" else \
+    multistage = s.get("recipe") == "multi-stage"
+    arch, recipe = ("AlbertModel", "the multi-stage recipe") if multistage else ("BertModel", "LEALLA")
+    fmt = f"PyTorch (transformers {arch}, fp32)" if col.kind == "student" else \
         f"{col.bundle.get('format')} ({(col.bundle.get('quantization') or {}).get('mode')} quantization)"
     tfidf, teacher, student = data.column("tfidf"), data.column("teacher"), data.column("student")
     compare: list[Column] = []
@@ -368,7 +370,7 @@ def model_card(ctx: RunContext, data: ReportData, col: Column) -> str:
     corpus = ctx.cfg.data.train or "the embedded corpus: software localisation strings"
     lines = [f"# {s.get('student')} sentence encoder: {fmt}", "",
              f"Multilingual sentence embeddings ({s.get('dim')} dimensions, L2-normalised) for English and "
-             f"{len(langs)} languages, distilled with LEALLA from the teacher `{data.teacher.get('spec')}` and "
+             f"{len(langs)} languages, distilled with {recipe} from the teacher `{data.teacher.get('spec')}` and "
              f"written by `tinyglot run` on {data.generated[:10]}.", "",
              "## Use", "", "```python", "import tinyglot", "",
              f'encoder = tinyglot.load("{col.path}")',

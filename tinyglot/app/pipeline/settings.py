@@ -47,7 +47,17 @@ class TeacherSection:
 @dataclass
 class DistillSection:
     """The student preset; ``max_steps`` is the distillation budget (steps of ``train.batch_size``
-    pairs); ``overrides`` changes any other preset setting (``{"loss": {"fd": false}}``)."""
+    pairs); ``overrides`` changes any other preset setting (``{"loss": {"fd": false}}``).
+
+    ``student`` names a LEALLA preset (:data:`tinyglot.distill.config.PRESETS`) or a multi-stage
+    (ALBERT-style, recurrent shared layers) preset (:data:`tinyglot.distill.ms_config.PRESETS`,
+    ``ms-tiny``, ``ms-small``, ``ms-paper``).  A multi-stage student runs the four-stage recipe with the
+    run's teacher as its teacher and ``assistant`` as its assistant (empty: the run's teacher when it
+    is a tinyglot BERT model, else the cached default ems-small teacher); ``max_steps`` is then the
+    budget of each student stage: it sets ``stage2.max_steps``, ``stage3.max_steps`` and
+    ``stage4.max_steps`` (over the preset and ``overrides``), while stage 1 (the assistant learning the
+    teacher's space) keeps the preset's ``train.max_steps`` (or ``overrides.stage1.max_steps``).
+    ``vocab_size`` is unused there: the student keeps the assistant's vocabulary."""
 
     # fast-mini (2 layers x 128) and not the paper's lealla-small (24 x 128): the default teacher,
     # ems-small, has 3 layers x 192, so a 24-layer student would be slower than its own teacher.
@@ -55,6 +65,22 @@ class DistillSection:
     max_steps: int = 600
     overrides: dict[str, Any] = field(default_factory=dict)
     vocab_size: int = 8000  # a new vocabulary's size, for teachers that bring none
+    assistant: str = ""  # multi-stage students only (see above)
+
+    @property
+    def multistage(self) -> bool:
+        """True when ``student`` names a multi-stage preset; a clear error naming both preset lists
+        when it names neither."""
+        from tinyglot.distill.config import PRESETS as LEALLA_PRESETS
+        from tinyglot.distill.ms_config import PRESETS as MS_PRESETS
+
+        if self.student in MS_PRESETS:
+            return True
+        if self.student in LEALLA_PRESETS:
+            return False
+        raise TinyglotError(f"unknown student preset distill.student={self.student!r}",
+                            f"choose a LEALLA preset ({', '.join(LEALLA_PRESETS)}) or a multi-stage "
+                            f"preset ({', '.join(MS_PRESETS)})")
 
 
 @dataclass
@@ -123,12 +149,23 @@ class PipelineConfig:
     report: ReportSection = field(default_factory=ReportSection)
 
     def distill_overrides(self) -> dict[str, Any]:
-        """The student preset's overrides with the ``max_steps`` budget applied."""
-        return deep_merge(self.distill.overrides, {"train": {"max_steps": self.distill.max_steps}})
+        """The student preset's overrides with the ``max_steps`` budget applied (LEALLA:
+        ``train.max_steps``; multi-stage: the student stages' ``max_steps``, see :class:`DistillSection`)."""
+        steps = {"max_steps": self.distill.max_steps}
+        budget = ({f"stage{n}": steps for n in (2, 3, 4)} if self.distill.multistage else {"train": steps})
+        return deep_merge(self.distill.overrides, budget)
+
+    def student_preset(self) -> Any:
+        """The student preset (LEALLA or multi-stage) with the overrides and budget applied."""
+        if self.distill.multistage:
+            from tinyglot.distill.ms_config import get_preset as ms_preset
+
+            return ms_preset(self.distill.student, self.distill_overrides())
+        from tinyglot.distill.config import get_preset
+
+        return get_preset(self.distill.student, self.distill_overrides())
 
     def validate(self) -> PipelineConfig:
-        from tinyglot.distill.config import get_preset as student_preset
-
         if self.threads < 0:
             raise TinyglotError(f"threads must be >= 0, got {self.threads}", "set threads = 0 for torch's default")
         for name in ("max_pairs_per_lang", "min_pairs_per_lang", "test_pairs_per_lang"):
@@ -145,7 +182,7 @@ class PipelineConfig:
             from tinyglot.teacher import get_preset as teacher_preset
 
             teacher_preset(self.teacher.preset, self.teacher.overrides)
-        student_preset(self.distill.student, self.distill_overrides())
+        self.student_preset()
         validate_positive(self.distill, ("vocab_size",), "distill")
         if not self.export.formats:
             raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")

@@ -127,15 +127,16 @@ def describe_teacher(path: Path | None) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ stage 2: distill
 def distill_inputs(ctx: RunContext) -> dict[str, Any]:
-    from tinyglot.distill.config import get_preset
-
     d = ctx.cfg.distill
-    return {"student": d.student, "settings": to_dict(get_preset(d.student, ctx.cfg.distill_overrides())),
-            "vocab_size": d.vocab_size, "data": train_data_inputs(ctx.cfg)}
+    inputs = {"student": d.student, "settings": to_dict(ctx.cfg.student_preset()), "data": train_data_inputs(ctx.cfg)}
+    if d.multistage:  # the assistant (a folder spec, or empty: the teacher stage's output / the default one)
+        return {**inputs, "recipe": "multistage", "assistant": d.assistant}
+    return {**inputs, "vocab_size": d.vocab_size}
 
 
 def run_distill(ctx: RunContext) -> StageOutput:
-    from tinyglot.distill.config import get_preset
+    if ctx.cfg.distill.multistage:
+        return run_multistage_distill(ctx)
     from tinyglot.distill.run import lealla_trainer
     from tinyglot.models import read_model_config
 
@@ -147,18 +148,73 @@ def run_distill(ctx: RunContext) -> StageOutput:
     spec = ctx.teacher_spec()
     ctx.say(f"distill: {'resuming the interrupted run from its last.pt: ' if resumed else ''}{d.student} "
             f"from {spec}, {d.max_steps} steps on {len(ctx.train_pairs()):,} pairs -> {out}")
-    trainer = lealla_trainer(get_preset(d.student, ctx.cfg.distill_overrides()), d.student, spec, ctx.train_pairs(),
-                             out, vocab_size=d.vocab_size, resume=resumed, progress=ctx.progress)
+    trainer = lealla_trainer(ctx.cfg.student_preset(), d.student, spec, ctx.train_pairs(), out,
+                             vocab_size=d.vocab_size, resume=resumed, progress=ctx.progress)
     result = trainer.train()
     cfg = read_model_config(result.student_dir)
-    summary = {"student": d.student, "teacher": spec, "teacher_dim": trainer.teacher_dim, "dim": cfg["dim"],
-               "parameters": cfg["parameters"], "bytes": folder_bytes(result.student_dir / "model"),
+    summary = {"student": d.student, "recipe": "LEALLA", "teacher": spec, "teacher_dim": trainer.teacher_dim,
+               "dim": cfg["dim"], "parameters": cfg["parameters"], "bytes": folder_bytes(result.student_dir / "model"),
                "trained_steps": result.steps, "best_dev_p1": result.best_dev_p1,
                "train_pairs": len(ctx.train_pairs()), "languages": cfg["languages"], "max_len": cfg["max_len"],
                "settings": {"student": cfg["student"], "loss": cfg["loss"], "train": cfg["train"]}}
     atomic_write_json(out / "summary.json", summary)  # (no timings: its hash changes only with the student)
     return StageOutput([result.student_dir, out / "summary.json"],
                        {"resumed": resumed, "train_seconds": round(result.seconds, 1), "steps": result.steps})
+
+
+def assistant_spec(ctx: RunContext) -> str:
+    """The multi-stage assistant: ``distill.assistant``, else the run's teacher when it is a tinyglot
+    BERT model (an EMS teacher or a LEALLA student), else the cached default ems-small teacher."""
+    from tinyglot.distill.multistage.io import ASSISTANT_KINDS
+    from tinyglot.models import read_model_config
+    from tinyglot.teacher.default import ensure_default_teacher
+
+    if ctx.cfg.distill.assistant:
+        return str(Path(ctx.cfg.distill.assistant).resolve())
+    teacher = Path(ctx.teacher_spec())
+    try:
+        if teacher.is_dir() and read_model_config(teacher).get("kind") in ASSISTANT_KINDS:
+            return str(teacher)
+    except TinyglotError:
+        pass
+    return str(ensure_default_teacher(ctx.say, ctx.progress))
+
+
+def run_multistage_distill(ctx: RunContext) -> StageOutput:
+    """The multi-stage recipe's four stages in ``distill/stageN``; the last stage's student is copied to
+    ``distill/student`` (the folder export, eval and bench read)."""
+    from tinyglot.distill.multistage import STAGES, multistage_trainer
+    from tinyglot.models import read_model_config
+
+    d = ctx.cfg.distill
+    out = ctx.out / "distill"
+    resumed = ctx.resume and any((out / f"stage{n}").exists() for n in STAGES)
+    if not resumed:
+        shutil.rmtree(out, ignore_errors=True)
+    spec, assistant = ctx.teacher_spec(), assistant_spec(ctx)
+    ctx.say(f"distill: {'resuming the interrupted run: ' if resumed else ''}multi-stage {d.student} from teacher "
+            f"{spec} through assistant {assistant}, {d.max_steps} steps per student stage on "
+            f"{len(ctx.train_pairs()):,} pairs -> {out}")
+    trainer = multistage_trainer(ctx.cfg.student_preset(), d.student, spec, assistant, ctx.train_pairs(), out,
+                                 progress=ctx.progress, say=ctx.say)
+    results = trainer.run(STAGES)
+    final = results[-1]
+    student = ctx.student_dir
+    shutil.rmtree(student, ignore_errors=True)
+    shutil.copytree(final.output, student)
+    cfg = read_model_config(student)
+    summary = {"student": d.student, "recipe": "multi-stage", "teacher": spec, "assistant": assistant,
+               "teacher_dim": cfg["teacher_dim"], "dim": cfg["dim"], "parameters": cfg["parameters"],
+               "bytes": folder_bytes(student / "model"), "trained_steps": sum(r.steps for r in results),
+               "best_dev_p1": final.best_dev_p1, "train_pairs": len(ctx.train_pairs()),
+               "languages": cfg["languages"], "max_len": cfg["max_len"],
+               "stages": [{k: v for k, v in r.to_dict().items() if k not in ("output", "wall_seconds", "skipped")}
+                          for r in results],
+               "settings": to_dict(ctx.cfg.student_preset())}
+    atomic_write_json(out / "summary.json", summary)  # (no timings: its hash changes only with the student)
+    return StageOutput([student, out / "summary.json"],
+                       {"resumed": resumed, "train_seconds": round(sum(r.wall_seconds for r in results), 1),
+                        "steps": summary["trained_steps"]})
 
 
 # ------------------------------------------------------------------ stage 3: export
