@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -36,6 +35,15 @@ def test_max_steps_is_the_budget_of_each_student_stage():
     assert [preset.stage_settings(n).max_steps for n in (1, 2, 3, 4)] == [MS_PRESETS["ms-tiny"]().train.max_steps,
                                                                           7, 7, 7]
     assert preset.stage_settings(3).lr == 0.01  # the other overrides still apply
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["distill.assistant=/no/such/assistant"], "only multi-stage students have an assistant"),
+    (["distill.student=ms-tiny", "distill.assistant=/no/such/assistant"], "distill.assistant not found"),
+])
+def test_bad_assistant_settings_are_clear_errors(sets, message):
+    with pytest.raises(TinyglotError, match=re.escape(message)):
+        load_config("tiny", sets=sets)
 
 
 def test_a_multistage_setting_error_is_reported_before_any_stage_runs():

@@ -183,6 +183,14 @@ class PipelineConfig:
 
             teacher_preset(self.teacher.preset, self.teacher.overrides)
         self.student_preset()
+        if self.distill.assistant and not self.distill.multistage:
+            raise TinyglotError(f"distill.assistant is set but distill.student={self.distill.student!r} is a "
+                                "LEALLA preset (only multi-stage students have an assistant)",
+                                "leave distill.assistant empty, or pick a multi-stage student (ms-...)")
+        if self.distill.assistant and not Path(self.distill.assistant).is_dir():
+            raise TinyglotError(f"distill.assistant not found: {self.distill.assistant}",
+                                "pass a tinyglot BERT model folder (an EMS teacher run or a LEALLA student), "
+                                "or leave it empty for the run's teacher / the default teacher")
         validate_positive(self.distill, ("vocab_size",), "distill")
         if not self.export.formats:
             raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")
