@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -92,3 +93,27 @@ def test_tiny_run_with_a_multistage_student_end_to_end(tmp_path):
     assert report.split("## Export parity")[1].split("##")[0].count("| passed |") == 2
     card = (student / "README.md").read_text()
     assert "ms-tiny" in card and "the multi-stage recipe" in card and "AlbertModel" in card
+
+
+def test_distill_inputs_hash_the_multistage_settings_and_the_assistant_weights(tiny_teacher_dir, tmp_path):
+    from tinyglot.app.pipeline import RunContext
+    from tinyglot.app.pipeline.stages import distill_inputs
+    from tinyglot.stagecache import StageStore, hash_json
+
+    assistant = tmp_path / "assistant"
+    shutil.copytree(tiny_teacher_dir, assistant)
+
+    def inputs(*sets: str) -> dict:
+        cfg = load_config("tiny", sets=["distill.student=ms-tiny", *sets])
+        return distill_inputs(RunContext(cfg, tmp_path / "run", lambda _: None, False, StageStore(tmp_path)))
+
+    default = inputs()
+    assert default["recipe"] == "multistage" and default["assistant_sha"] is None
+    assert default["settings"]["stage4"]["max_steps"] == load_config("tiny").distill.max_steps
+    assert hash_json(inputs("distill.max_steps=3")) != hash_json(default)
+    assert hash_json(inputs("distill.overrides.loss.stage4=hard")) != hash_json(default)
+    given = inputs(f"distill.assistant={assistant}")
+    assert given["assistant_sha"] and hash_json(given) == hash_json(inputs(f"distill.assistant={assistant}"))
+    weights = assistant / "best.pt"  # (the weights a teacher run keeps: source_weight_files)
+    weights.write_bytes(weights.read_bytes() + b"\0")  # the same folder, other weights: the stage reruns
+    assert inputs(f"distill.assistant={assistant}")["assistant_sha"] != given["assistant_sha"]

@@ -129,9 +129,19 @@ def describe_teacher(path: Path | None) -> dict[str, Any]:
 def distill_inputs(ctx: RunContext) -> dict[str, Any]:
     d = ctx.cfg.distill
     inputs = {"student": d.student, "settings": to_dict(ctx.cfg.student_preset()), "data": train_data_inputs(ctx.cfg)}
-    if d.multistage:  # the assistant (a folder spec, or empty: the teacher stage's output / the default one)
-        return {**inputs, "recipe": "multistage", "assistant": d.assistant}
+    if d.multistage:  # the assistant: a folder (its weights count), or empty: the teacher stage's output
+        return {**inputs, "recipe": "multistage", "assistant": d.assistant, "assistant_sha": assistant_sha(d.assistant)}
     return {**inputs, "vocab_size": d.vocab_size}
+
+
+def assistant_sha(spec: str) -> str | None:
+    """sha256 of a given assistant folder's config, tokenizer and weights; None when none is given."""
+    if not spec:
+        return None
+    from tinyglot.models import read_model_config
+    from tinyglot.registry import source_sha
+
+    return source_sha(spec, read_model_config(spec))
 
 
 def run_distill(ctx: RunContext) -> StageOutput:
