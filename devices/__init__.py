@@ -31,8 +31,7 @@ Command line: ``tinyglot bench --bundle B [--bundle B2] --device host --threads 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tinyglot.lazy import lazy_exports
 
 _EXPORTS = {
     "DeviceProfile": "profiles",
@@ -49,12 +48,5 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])

@@ -1,4 +1,4 @@
-"""Distillation recipes (LEALLA, multi-stage) — see the project's issues #4 and #5.
+"""Distillation recipes: LEALLA, multi-stage, dimension reduction.
 
 ``run_distill`` (LEALLA), ``run_multistage`` (teacher -> assistant -> recurrent ALBERT student) and
 ``run_dimred`` are what ``tinyglot distill --recipe lealla|multistage|dimred`` calls.  Names are imported
@@ -7,8 +7,7 @@ lazily so that ``tinyglot --help`` does not pay for torch and transformers.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tinyglot.lazy import lazy_exports
 
 _EXPORTS = {
     "run_distill": "run", "run_dimred": "run", "load_student": "student", "LeallaTrainer": "lealla",
@@ -19,8 +18,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -371,6 +371,14 @@ class StringBundleConverter(Converter):
                                                  languages=source.tokenizer.languages,
                                                  max_sentences=max_sentences, threads=self.threads)
 
+    def finish(self, out: Path, cfg: dict, report: Any) -> None:
+        if self.card:  # tinyglot run writes its own README.md (with this usage part) after its report
+            self.write_card(out, cfg, report)
+
+    def write_card(self, out: Path, cfg: dict, report: Any) -> None:
+        """The bundle's README.md: how to use the file without tinyglot."""
+        raise NotImplementedError
+
 __all__ = [
     "BUNDLE_KIND", "CONFIG", "PARITY", "SOURCE_KINDS", "TOKENIZER", "Converter", "ExportResult", "Source",
     "StringBundleConverter",

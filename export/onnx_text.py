@@ -298,9 +298,8 @@ class OnnxTextConverter(StringBundleConverter):
                          "empty_sentence": "zero vector in the graph; TinyglotError in tinyglot.load"},
                 "tokenisation": "in the graph"}
 
-    def finish(self, out: Path, cfg: dict, report: Any) -> None:
-        if self.card:  # tinyglot run writes its own README.md (with this usage part) after its report
-            write_model_card(out, cfg, report)
+    def write_card(self, out: Path, cfg: dict, report: Any) -> None:
+        write_model_card(out, cfg, report)
 
 
 def export_onnx_text(

@@ -318,9 +318,8 @@ class MediaPipeConverter(StringBundleConverter):
                            "empty_sentence": "zero vector in MediaPipe; TinyglotError in tinyglot.load"},
                 "tokenisation": "MediaPipe (metadata)"}
 
-    def finish(self, out: Path, cfg: dict, report: Any) -> None:
-        if self.card:  # tinyglot run writes its own README.md (with this usage part) after its report
-            write_model_card(out, cfg, report)
+    def write_card(self, out: Path, cfg: dict, report: Any) -> None:
+        write_model_card(out, cfg, report)
 
 
 def export_tflite_mediapipe(

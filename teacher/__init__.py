@@ -7,8 +7,7 @@ that ``tinyglot --help`` does not pay for torch and transformers.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tinyglot.lazy import lazy_exports
 
 _EXPORTS = {
     "PRESETS": "config", "EMSModelConfig": "config", "EMSPreset": "config", "EMSTrainConfig": "config",
@@ -17,8 +16,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
