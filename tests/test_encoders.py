@@ -534,3 +534,73 @@ def test_one_input_check_for_every_encoder(student_dir, bad, message, monkeypatc
                 load_teacher_encoder("python:py_teacher:char_bag")):
         with pytest.raises(TinyglotError, match=message):
             enc.encode(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# the onnx backend: the transformer exported once with optimum-onnx, run on onnxruntime
+
+
+def _cosine_gap(a: np.ndarray, b: np.ndarray) -> float:
+    return float(1 - (a * b).sum(1).min())
+
+
+@pytest.mark.parametrize("kind", ["hf", "st"])
+def test_onnx_backend_matches_torch_and_exports_once(bert_dir, tmp_path, monkeypatch, kind):
+    pytest.importorskip("optimum.exporters.onnx")
+    pytest.importorskip("onnxruntime")
+    from tinyglot.encoders import onnx_backend
+
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    folder = bert_dir if kind == "hf" else _st_folder(bert_dir, tmp_path / "st", CLS_ONLY, max_seq_length=6,
+                                                      dense=True)
+    exports = []
+    real_export = onnx_backend.export_transformer
+
+    def counting(model_dir, dest):
+        if not (dest / onnx_backend.MODEL_FILE).is_file():
+            exports.append(dest)
+        return real_export(model_dir, dest)
+
+    monkeypatch.setattr(onnx_backend, "export_transformer", counting)
+    torch_enc = load_teacher_encoder(f"{kind}:{folder}")
+    onnx_enc = load_teacher_encoder(f"{kind}:{folder}?backend=onnx")
+    assert onnx_enc.backend == "onnx" and len(exports) == 1
+    ref, got = torch_enc.encode(SENTENCES, batch_size=3), onnx_enc.encode(SENTENCES, batch_size=3)
+    assert got.shape == ref.shape and _unit_rows(got)
+    assert _cosine_gap(ref, got) < 1e-5  # within 1e-5 cosine: the same identity, the same cache
+    assert onnx_enc.identity() == torch_enc.identity()
+
+    model_file = exports[0] / onnx_backend.MODEL_FILE
+    mtime = model_file.stat().st_mtime_ns
+    again = load_teacher_encoder(f"{kind}:{folder}?backend=onnx")  # the exported file is reused
+    assert len(exports) == 1 and model_file.stat().st_mtime_ns == mtime
+    assert np.allclose(again.encode(SENTENCES), got, atol=1e-6)
+
+
+def test_onnx_backend_ignores_a_killed_export_and_checks_its_options(bert_dir, tmp_path, monkeypatch):
+    pytest.importorskip("optimum.exporters.onnx")
+    from tinyglot.encoders import onnx_backend
+
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    key = "a key"
+    dest = onnx_backend.onnx_teacher_dir(key)
+    half = dest.parent / f".{dest.name}.tmp-killed"  # what a killed export leaves behind
+    half.mkdir(parents=True)
+    (half / onnx_backend.MODEL_FILE).write_bytes(b"half an onnx file")
+    model_file = onnx_backend.export_transformer(bert_dir, dest)
+    assert model_file == dest / onnx_backend.MODEL_FILE and model_file.stat().st_size > 1000
+    assert onnx_backend.OnnxTransformer(model_file, threads=1)({"input_ids": np.array([[2, 5, 3]]),
+                                                                "attention_mask": np.ones((1, 3))}).shape == (1, 3, 32)
+    assert not [p for p in dest.parent.iterdir() if p.name.startswith(".") and p != half]  # no temp left
+
+    with pytest.raises(TinyglotError, match="unknown teacher backend 'tf'"):
+        load_teacher_encoder(f"hf:{bert_dir}?backend=tf")
+    with pytest.raises(TinyglotError, match="unknown option 'threads'"):
+        load_teacher_encoder(f"st:{bert_dir}?threads=2")
+
+
+def test_onnx_backend_without_optimum_is_a_clear_error(bert_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setitem(sys.modules, "optimum.exporters.onnx", None)
+    with pytest.raises(TinyglotError, match=r'pip install "tinyglot\[export\]"'):
+        load_teacher_encoder(f"hf:{bert_dir}?backend=onnx")

