@@ -553,15 +553,16 @@ def test_onnx_backend_matches_torch_and_exports_once(bert_dir, tmp_path, monkeyp
     monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
     folder = bert_dir if kind == "hf" else _st_folder(bert_dir, tmp_path / "st", CLS_ONLY, max_seq_length=6,
                                                       dense=True)
+    import optimum.exporters.onnx as optimum_onnx
+
     exports = []
-    real_export = onnx_backend.export_transformer
+    real_export = optimum_onnx.main_export
 
-    def counting(model_dir, dest):
-        if not (dest / onnx_backend.MODEL_FILE).is_file():
-            exports.append(dest)
-        return real_export(model_dir, dest)
+    def counting(**kwargs):  # every call of optimum's exporter, counted
+        exports.append(kwargs["output"])
+        return real_export(**kwargs)
 
-    monkeypatch.setattr(onnx_backend, "export_transformer", counting)
+    monkeypatch.setattr(optimum_onnx, "main_export", counting)
     torch_enc = load_teacher_encoder(f"{kind}:{folder}")
     onnx_enc = load_teacher_encoder(f"{kind}:{folder}?backend=onnx")
     assert onnx_enc.backend == "onnx" and len(exports) == 1
@@ -570,7 +571,7 @@ def test_onnx_backend_matches_torch_and_exports_once(bert_dir, tmp_path, monkeyp
     assert _cosine_gap(ref, got) < 1e-5  # within 1e-5 cosine: the same identity, the same cache
     assert onnx_enc.identity() == torch_enc.identity()
 
-    model_file = exports[0] / onnx_backend.MODEL_FILE
+    model_file = onnx_backend.onnx_teacher_dir(onnx_enc._onnx_key("onnx")) / onnx_backend.MODEL_FILE
     mtime = model_file.stat().st_mtime_ns
     again = load_teacher_encoder(f"{kind}:{folder}?backend=onnx")  # the exported file is reused
     assert len(exports) == 1 and model_file.stat().st_mtime_ns == mtime

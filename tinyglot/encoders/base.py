@@ -87,6 +87,14 @@ class EncoderAdapter:
     def _settings(self) -> str:
         return ""
 
+    def _onnx_key(self, backend: str) -> str:
+        """The key of the onnx backend's exported transformer (kind, location, files); empty for torch."""
+        if backend != "onnx":
+            return ""
+        if self._fingerprint is None:
+            self._fingerprint = self._compute_fingerprint()
+        return f"{self.kind}|{self._location}|{self._fingerprint}"
+
     def identity(self) -> str:
         """Stable key for an embedding cache: kind, resolved location, file fingerprint, settings."""
         if self._fingerprint is None:

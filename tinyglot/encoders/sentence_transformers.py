@@ -175,7 +175,7 @@ class SentenceTransformersEncoder(EncoderAdapter):
             self.backend = "transformers" if backend == "torch" else "onnx"
             dense = [_dense_layer(d) for d in layout.dense_dirs]
             self._hf = HFModel(layout.transformer_dir, device, layout.pooling, seq_len, layout.do_lower_case, dense,
-                               backend=backend, onnx_key=f"{self.kind}|{path}|{self._compute_fingerprint()}")
+                               backend=backend, onnx_key=self._onnx_key(backend))
             self.max_seq_length = self._hf.max_seq_length
 
     @staticmethod

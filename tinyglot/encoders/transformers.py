@@ -136,7 +136,7 @@ class TransformersEncoder(EncoderAdapter):
         super().__init__(f"hf:{path.name}", str(path))
         self.backend = check_backend(backend)
         self.hf = HFModel(path, device, modes, max_seq_length, backend=backend,
-                          onnx_key=f"{self.kind}|{path}|{self._compute_fingerprint()}")
+                          onnx_key=self._onnx_key(backend))
         self.pooling, self.max_seq_length, self.do_lower_case = modes, self.hf.max_seq_length, False
 
     def _settings(self) -> str:
