@@ -1,6 +1,7 @@
 """The ``onnx`` backend of transformers / sentence-transformers teachers: the bare transformer
 (token ids in, ``last_hidden_state`` out) exported once with optimum-onnx into
-``$TINYGLOT_HOME/onnx-teachers/<key>/`` and run with onnxruntime.
+``$TINYGLOT_HOME/onnx-teachers/<key>/`` and run with onnxruntime on as many threads as torch uses
+(``torch.get_num_threads()`` when the teacher is loaded).
 
 optimum leaves pooling outside the graph, which is what we want here: pooling, Dense and the
 normalisation stay tinyglot's own Python code (:class:`tinyglot.encoders.transformers.HFModel`).
