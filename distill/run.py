@@ -20,8 +20,7 @@ from .config import get_preset
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ensure_default_teacher", "lealla_trainer", "resolve_spec", "run_dimred", "run_distill",
-           "teacher_tokenizer", "tinyglot_home", "write_report"]
+__all__ = ["lealla_trainer", "resolve_spec", "run_dimred", "run_distill", "teacher_tokenizer", "write_report"]
 
 
 def resolve_spec(spec: str) -> str:

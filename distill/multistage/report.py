@@ -114,10 +114,12 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
                    cache_dir: str | Path | None = None, test_data: str | Path | None = None,
                    say: Callable[[str], None] = log.info) -> dict:
     """``tinyglot distill --recipe multistage``: the stages, then the report."""
+    from tinyglot.config import tinyglot_home
     from tinyglot.data.embedded import load_pairs, load_testset
+    from tinyglot.teacher.default import ensure_default_teacher
 
     from ..ms_config import get_preset
-    from ..run import ensure_default_teacher, resolve_spec, tinyglot_home
+    from ..run import resolve_spec
 
     started = time.time()
     preset = get_preset(student, overrides)
