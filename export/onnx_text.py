@@ -266,7 +266,8 @@ class OnnxTextConverter(StringBundleConverter):
     standalone_runtime: str = "onnxruntime + onnxruntime-extensions"
 
     def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
-        from .onnx import OPSET, _bert_shape, export_module, optimize_graph, quantize_graph, verify_quantized
+        from .onnx import OPSET, _bert_shape, export_module
+        from .quantize import optimize_graph, quantize_graph, verify_quantized
 
         heads, hidden = _bert_shape(source.model)
         say(f"exporting {source.path} ({source.config.get('kind')}) to a string-in ONNX graph (opset {OPSET})")
@@ -325,7 +326,7 @@ def export_onnx_text(
     cosine and P@1 gates.  ``config.json`` is written last, only if the gates pass (or not
     ``parity_gate``).  ``card``: write the bundle's README.md (usage from Python, Kotlin, Swift, JS).
     """
-    from .onnx import QuantizationConfig
+    from .quantize import QuantizationConfig
 
     _require_ortx()
     if quantization not in MODES:

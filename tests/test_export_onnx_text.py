@@ -111,7 +111,7 @@ def test_bad_input_same_errors_as_the_torch_student(fp32_bundle, student_dir):
 
 
 def test_int8_quantizes_the_encoder_part_and_passes_parity(int8_bundle, fp32_bundle):
-    from tinyglot.export.onnx import graph_stats
+    from tinyglot.export.quantize import graph_stats
 
     assert int8_bundle.parity.passed, int8_bundle.parity.failures
     sp = fp32_bundle.sizes["tokenizer.model"]  # embedded in both graphs
