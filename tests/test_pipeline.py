@@ -97,6 +97,7 @@ def test_effective_settings_round_trip_through_toml(tmp_path):
     (dict(sets=["export.formats=coreml-none"]), "unknown export format"),
     (dict(sets=["export.formats=onnx"]), "is not FORMAT-QUANTIZATION"),
     (dict(sets=["bench.seq=16,0"]), "bench.seq must be a non-empty list"),
+    (dict(sets=["eval.threads=-1"]), "eval.threads must be >= 0"),
     (dict(sets=["bench.seq=16,33"]), "no signature for bench.seq"),
     (dict(config_file="missing.toml"), "config file not found"),
     (dict(sets=["data.train=/no/such/corpus"]), "data.train not found"),
@@ -213,6 +214,39 @@ def test_altered_bundle_file_reruns_the_export_stage(tmp_path, student_dir):
     (out / "bundles" / "onnx-dynamic" / "parity.json").unlink()
     run_stage(ctx, export, 3)
     assert ctx.ran["export"] is True and (out / "bundles" / "onnx-dynamic" / "parity.json").is_file()
+
+
+def test_teacher_bundle_is_kept_for_a_new_student_and_redone_when_altered(tmp_path, student_dir, tiny_teacher_dir):
+    """A new student reruns the export stage; the teacher's bundle is reused from its record unless its
+    files or the teacher changed."""
+    out = tmp_path / "run"
+    shutil.copytree(student_dir, out / "distill" / "student")
+    (out / "teacher.json").write_text(json.dumps({"spec": str(tiny_teacher_dir)}))
+    cfg = load_config("tiny", sets=["export.formats=onnx-dynamic", "export.teacher_formats=onnx-dynamic"])
+    ctx, messages = _ctx(out, cfg)
+    ctx.markers["teacher"] = ctx.store.finish("teacher", "given", [out / "teacher.json"], 0.0)
+    export = next(s for s in STAGES if s.name == "export")
+    model = out / "bundles" / "teacher-onnx-dynamic" / "model.onnx"
+
+    def export_for(student: str) -> bytes:
+        ctx.markers["distill"] = ctx.store.finish("distill", student, [ctx.student_dir], 0.0)
+        ctx.markers["distill"].outputs["student"] = {"sha256": student}  # a new student: new export inputs
+        messages.clear()
+        run_stage(ctx, export, 3)
+        assert ctx.ran["export"] is True
+        return model.read_bytes()
+
+    first = export_for("one")
+    assert any("export: the teacher as onnx (dynamic)" in m for m in messages)
+    assert export_for("two") == first
+    assert any("the teacher's teacher-onnx-dynamic bundle is reused" in m for m in messages)
+    assert not any("export: the teacher as" in m for m in messages)
+    model.write_bytes(first[:-10] + b"0123456789")  # altered: exported again
+    assert export_for("three") == first
+    assert any("export: the teacher as onnx (dynamic)" in m for m in messages)
+    marker = json.loads(ctx.store.marker_path("export").read_text())
+    assert "bundles/teacher-onnx-dynamic/model.onnx" in marker["outputs"]
+    assert marker["info"]["teacher-onnx-dynamic"]["parity"]
 
 
 # ====================================================================== end to end
@@ -396,9 +430,11 @@ def test_changing_a_distill_setting_reruns_distill_and_after_but_not_the_teacher
     summary = json.loads((tiny_run.out / "distill" / "summary.json").read_text())
     assert summary["trained_steps"] == steps
     assert f"{steps} distillation steps" in (tiny_run.out / "report.md").read_text(encoding="utf-8")
-    # the TF-IDF and teacher evaluations came from the eval stage's cache
+    # the teacher's bundle was kept, so it and the TF-IDF and teacher evaluations came from the caches
+    assert "the teacher's teacher-onnx-dynamic bundle is reused" in proc.stdout
     models = {m["name"]: m for m in json.loads((tiny_run.out / "eval" / "results.json").read_text())["models"]}
     assert models["TF-IDF"]["cached"] and models["teacher"]["cached"] and not models["student (PyTorch)"]["cached"]
+    assert models["teacher-onnx-dynamic"]["cached"] and not models["onnx-dynamic"]["cached"]
 
 
 # ====================================================================== the e5 profile

@@ -66,12 +66,11 @@ BASELINES = ("tfidf",)
 
 
 def tfidf_baseline() -> Encoder:
-    """The TF-IDF baseline with its IDF fitted on the embedded corpus (both sides)."""
+    """The TF-IDF baseline with its IDF fitted on the embedded corpus (a sample of both sides)."""
     from tinyglot.data.embedded import load_pairs
-    from tinyglot.evaluation.tfidf import TfidfEncoder
+    from tinyglot.evaluation.tfidf import fit_on_pairs
 
-    corpus = load_pairs(None)
-    return TfidfEncoder().fit([p.x for p in corpus] + [p.en for p in corpus])
+    return fit_on_pairs(load_pairs(None))
 
 
 def _tinyglot_config(path: Path) -> bool:

@@ -15,13 +15,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from tinyglot.encoders import load_encoder
     from tinyglot.evaluation import evaluate_bitext
 
-    encoder = load_encoder(args.model, args.device)
+    # the data is checked before the model loads, so a bad --data fails at once, not after the load
     if args.task == "sts":
         from tinyglot.evaluation.tasks import evaluate_sts
         from tinyglot.io import atomic_write_json
 
         if args.data is None:
             raise TinyglotError("--task sts needs --data FILE", "pass a sentence1<TAB>sentence2<TAB>score file")
+        if not Path(args.data).is_file():
+            raise TinyglotError(f"STS file {args.data} not found", "pass a sentence1<TAB>sentence2<TAB>score file")
+        encoder = load_encoder(args.model, args.device)
         result = evaluate_sts(encoder, args.data, batch_size=args.batch_size)
         rho = "undefined (constant scores)" if result["spearman"] is None else f"{100 * result['spearman']:.1f}"
         make_console().print(f"STS Spearman rho on {args.data} ({result['pairs']} pairs): {rho}")
@@ -29,6 +32,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             atomic_write_json(args.json, result)
         return 0
     testset = load_testset(args.data, lang=args.lang)
+    encoder = load_encoder(args.model, args.device)
     name = str(args.data or "embedded test set")
     if args.task == "mining":
         from tinyglot.evaluation.tasks import evaluate_mining

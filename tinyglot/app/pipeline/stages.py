@@ -3,6 +3,7 @@ functions: what its result depends on (``*_inputs``) and how it runs (``run_*``)
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any
 from tinyglot.config import to_dict
 from tinyglot.errors import TinyglotError
 from tinyglot.io import atomic_write_json, folder_bytes
-from tinyglot.stagecache import hash_json
+from tinyglot.stagecache import describe_files, hash_json, outputs_intact
 
 from .context import RunContext, Say, StageOutput, corpus_path, data_fingerprint
 from .settings import ExportSection, PipelineConfig
@@ -282,13 +283,35 @@ def run_export(ctx: RunContext) -> StageOutput:
         if teacher is None:
             break
         out = ctx.bundle_dir(name)
+        files.append(out)
+        # a teacher bundle depends on the teacher and the export settings only: a rerun for a new
+        # student keeps it when its record says so and its files are intact
+        record_path = out.parent / f".{name}.record.json"
+        key = hash_json({"teacher": ctx.output_hash("teacher"), "format": [fmt, quant],
+                         "export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)})
+        record = read_record(record_path)
+        kept = record.get("outputs")
+        if record.get("key") == key and kept and outputs_intact(kept, ctx.out) is None:
+            ctx.say(f"export: the teacher's {name} bundle is reused (same teacher and export settings)")
+            info[name] = record["info"]
+            continue
         shutil.rmtree(out, ignore_errors=True)
+        record_path.unlink(missing_ok=True)
         ctx.say(f"export: the teacher as {fmt} ({quant}) -> {out}")
         result = export_bundle(fmt, quant, teacher, out, ctx.cfg.export, ctx.testset(), ctx.say)
-        files.append(out)
         info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
                       "files": result.sizes}
+        atomic_write_json(record_path, {"key": key, "outputs": describe_files([out], ctx.out), "info": info[name]})
     return StageOutput(files, info)
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A JSON record written by this module, or {} when it is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def exportable_teacher(ctx: RunContext) -> Path | None:
@@ -323,10 +346,9 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
     import tinyglot
 
     def tfidf():
-        from tinyglot.evaluation.tfidf import TfidfEncoder
+        from tinyglot.evaluation.tfidf import fit_on_pairs
 
-        pairs = ctx.train_pairs()
-        return TfidfEncoder().fit([p.x for p in pairs] + [p.en for p in pairs])
+        return fit_on_pairs(ctx.train_pairs())
 
     def teacher():
         from tinyglot.encoders import load_encoder
@@ -334,7 +356,10 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
         return load_encoder(ctx.teacher_spec(), device=ctx.cfg.eval.device)
 
     student = ctx.student_dir
-    models = [EvalModel("TF-IDF", "tfidf", "", hash_json(train_data_inputs(ctx.cfg)), tfidf),
+    from tinyglot.evaluation.tfidf import FIT_PAIRS
+
+    tfidf_identity = hash_json({**train_data_inputs(ctx.cfg), "fit_pairs": FIT_PAIRS})
+    models = [EvalModel("TF-IDF", "tfidf", "", tfidf_identity, tfidf),
               EvalModel("teacher", "teacher", ctx.teacher_spec(), ctx.output_hash("teacher"), teacher),
               EvalModel("student (PyTorch)", "student", str(student), ctx.output_hash("distill", "distill/student/"),
                         partial(tinyglot.load, student, device=ctx.cfg.eval.device))]
