@@ -24,6 +24,7 @@ import pytest
 from tinyglot.app.cli import main
 from tinyglot.app.pipeline import (PROFILES, STAGE_NAMES, STAGES, PipelineConfig, RunContext, StageOutput,
                                    StageSpec, load_config, run_stage, to_toml)
+from tinyglot.data.embedded import load_testset
 from tinyglot.distill.config import get_preset
 from tinyglot.errors import TinyglotError
 from tinyglot.stagecache import StageStore, hash_json
@@ -247,6 +248,22 @@ def test_teacher_bundle_is_kept_for_a_new_student_and_redone_when_altered(tmp_pa
     marker = json.loads(ctx.store.marker_path("export").read_text())
     assert "bundles/teacher-onnx-dynamic/model.onnx" in marker["outputs"]
     assert marker["info"]["teacher-onnx-dynamic"]["parity"]
+
+
+def test_an_unreadable_cached_evaluation_is_redone(tmp_path):
+    from tinyglot.app.pipeline.stages import read_cached_result
+    from tinyglot.evaluation import evaluate_bitext
+    from tinyglot.evaluation.tfidf import TfidfEncoder
+
+    path = tmp_path / "cache" / "result.json"
+    assert read_cached_result(path) is None
+    testset = {"de": load_testset(lang="de")["de"][:20]}
+    evaluate_bitext(TfidfEncoder(), testset).write_json(path)
+    assert read_cached_result(path).primary_metric > 0
+    path.write_text(path.read_text()[:-20])  # truncated
+    assert read_cached_result(path) is None
+    path.write_text("{}")
+    assert read_cached_result(path) is None
 
 
 # ====================================================================== end to end
@@ -475,6 +492,11 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     report = (tmp_path / "run" / "report.md").read_text()
     assert "peer: multilingual-e5-small" in report and "peer: Google USE-multilingual" in report
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run
+    # the peers' scores are kept in TINYGLOT_HOME for every later run folder; the run's own models in the run
+    peer_rows = [m["result"] for m in results["models"] if m["kind"] == "peer"]
+    kept = [json.loads(f.read_text()) for f in sorted((tmp_path / "home" / "eval-cache").glob("*.json"))]
+    assert len(kept) == 2 and sorted(map(json.dumps, kept)) == sorted(map(json.dumps, peer_rows))
+    assert len(list((tmp_path / "run" / "eval" / "cache").glob("*.json"))) == 4
     # the peers are benchmarked beside the bundles (their own runtime), so the Pareto view shows them
     from tinyglot.devices.bench import read_measurements
 

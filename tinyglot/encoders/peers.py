@@ -78,11 +78,7 @@ class PeerEncoder:
 
     def identity(self) -> str:
         """Stable key of the model for embedding caches: the peer and its package version."""
-        try:
-            version = importlib.metadata.version(self.info.package)
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-        return f"peer:{self.info.name}:{self.info.package}=={version}"
+        return peer_identity(self.info.name)
 
     def size_bytes(self) -> int:
         """Bytes of the package folder (weights, vocabulary, code) as installed."""
@@ -113,6 +109,16 @@ def minilm(threads: int = 1) -> PeerEncoder:
 
 
 LOADERS: dict[str, Callable[..., PeerEncoder]] = {"use-m": use_m, "e5-small": e5_small, "minilm": minilm}
+
+
+def peer_identity(name: str) -> str:
+    """``peer:NAME:PACKAGE==VERSION``, without loading the model: what its embeddings and scores depend on."""
+    package = PEERS[name].package
+    try:
+        version = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"peer:{name}:{package}=={version}"
 
 
 def peer_files(name: str) -> Path | None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinyglot.config import to_dict
 from tinyglot.errors import TinyglotError
@@ -18,6 +18,9 @@ from tinyglot.stagecache import describe_files, hash_json, outputs_intact
 
 from .context import RunContext, Say, StageOutput, corpus_path, data_fingerprint
 from .settings import ExportSection, PipelineConfig
+
+if TYPE_CHECKING:
+    from tinyglot.evaluation import BitextResult
 
 STAGE_VERSION = 1  # bump when a stage's outputs change meaning: every marker is then stale
 
@@ -372,24 +375,45 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
         models.append(EvalModel(name, "teacher-bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
                                 partial(tinyglot.load, path)))
     for name in ctx.cfg.eval.peers:
-        from tinyglot.encoders.peers import PEERS, load_peer
+        from tinyglot.encoders.peers import PEERS, load_peer, peer_identity
 
-        models.append(EvalModel(f"peer {name}", "peer", PEERS[name].package, name,
+        models.append(EvalModel(f"peer {name}", "peer", PEERS[name].package, peer_identity(name),
                                 partial(load_peer, name, threads=ctx.cfg.eval.threads)))
     return models
 
 
-def run_eval(ctx: RunContext) -> StageOutput:
-    from tinyglot.evaluation import BitextResult, evaluate_bitext
+def eval_cache(ctx: RunContext, kind: str) -> Path:
+    """Where an evaluation's result is kept: a peer's (a fixed model from its wheel) in
+    ``$TINYGLOT_HOME/eval-cache``, shared by every run folder, so e5-small's slow pass over a test set
+    is paid once; the run's own models in the run folder."""
+    from tinyglot.config import tinyglot_home
 
-    cache = ctx.out / "eval" / "cache"
-    test_key = hash_json({"test": testset_inputs(ctx.cfg), "eval": to_dict(ctx.cfg.eval)})
+    return tinyglot_home() / "eval-cache" if kind == "peer" else ctx.out / "eval" / "cache"
+
+
+def read_cached_result(path: Path) -> BitextResult | None:
+    """The evaluation kept at ``path``, or None when there is none or it cannot be read (then it is redone)."""
+    from tinyglot.evaluation import BitextResult
+
+    if not path.is_file():
+        return None
+    try:
+        return BitextResult.read_json(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def run_eval(ctx: RunContext) -> StageOutput:
+    from tinyglot.evaluation import evaluate_bitext
+
+    test_key = hash_json({"test": testset_inputs(ctx.cfg), "batch_size": ctx.cfg.eval.batch_size,
+                          "device": ctx.cfg.eval.device})
     rows: list[dict[str, Any]] = []
     for m in eval_models(ctx):
-        path = cache / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
-        cached = path.is_file()
-        if cached:
-            result = BitextResult.read_json(path)
+        path = eval_cache(ctx, m.kind) / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
+        result = read_cached_result(path)
+        cached = result is not None
+        if result is not None:
             ctx.say(f"eval: {m.name}: {100 * result.primary_metric:.1f} (cached)")
         else:
             result = evaluate_bitext(m.open(), ctx.testset(), batch_size=ctx.cfg.eval.batch_size,
