@@ -10,11 +10,11 @@ compares a folder's files with the digests its ``config.json`` recorded (an expo
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
 from tinyglot.errors import TinyglotError
+from tinyglot.io import atomic_write_json, read_json_object
 
 _CACHE: dict[str, str] = {}
 
@@ -50,12 +50,8 @@ class DigestCache:
         self.path = Path(path)
         self.limit = limit
         self._dirty = False
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        self._digests = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} \
-            if isinstance(data, dict) else {}
+        data = read_json_object(self.path) or {}
+        self._digests = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
     def get(self, key: str) -> str | None:
         return self._digests.get(key)
@@ -67,8 +63,6 @@ class DigestCache:
 
     def save(self) -> None:
         if self._dirty:
-            from tinyglot.io import atomic_write_json
-
             keep = dict(list(self._digests.items())[-self.limit:])
             atomic_write_json(self.path, keep)
             self._dirty = False

@@ -54,6 +54,16 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
+def read_json_object(path: str | Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when the file is missing, unreadable, not JSON or not an
+    object (a record, marker or lock that is then treated as absent)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 @contextlib.contextmanager
 def atomic_folder(out: str | Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``out`` that replaces ``out`` when the block succeeds (a kill

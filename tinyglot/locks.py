@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tinyglot.errors import TinyglotError
-from tinyglot.io import remove_stale_temporaries
+from tinyglot.io import read_json_object, remove_stale_temporaries
 
 log = logging.getLogger("tinyglot.locks")
 try:
@@ -47,11 +47,7 @@ class LockedError(TinyglotError):
 
 def lock_info(path: str | Path) -> dict[str, Any] | None:
     """The owner recorded in a lock file (None when absent or unreadable)."""
-    try:
-        info = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) else None
+    return read_json_object(path)
 
 
 def pid_alive(pid: int) -> bool:

@@ -87,19 +87,21 @@ class EncoderAdapter:
     def _settings(self) -> str:
         return ""
 
+    def _files_fingerprint(self) -> str:
+        """The fingerprint of the model's files, computed once per adapter."""
+        if self._fingerprint is None:
+            self._fingerprint = self._compute_fingerprint()
+        return self._fingerprint
+
     def _onnx_key(self, backend: str) -> str:
         """The key of the onnx backend's exported transformer (kind, location, files); empty for torch."""
         if backend != "onnx":
             return ""
-        if self._fingerprint is None:
-            self._fingerprint = self._compute_fingerprint()
-        return f"{self.kind}|{self._location}|{self._fingerprint}"
+        return f"{self.kind}|{self._location}|{self._files_fingerprint()}"
 
     def identity(self) -> str:
         """Stable key for an embedding cache: kind, resolved location, file fingerprint, settings."""
-        if self._fingerprint is None:
-            self._fingerprint = self._compute_fingerprint()
-        parts = [self.kind, self._location, self._fingerprint]
+        parts = [self.kind, self._location, self._files_fingerprint()]
         if self._settings():
             parts.append(self._settings())
         if self.identity_extra:

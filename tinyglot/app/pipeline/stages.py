@@ -3,7 +3,6 @@ functions: what its result depends on (``*_inputs``) and how it runs (``run_*``)
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinyglot.config import to_dict
 from tinyglot.errors import TinyglotError
-from tinyglot.io import atomic_write_json, folder_bytes
+from tinyglot.io import atomic_write_json, folder_bytes, read_json_object
 from tinyglot.stagecache import describe_files, hash_json, outputs_intact
 
 from .context import RunContext, Say, StageOutput, corpus_path, data_fingerprint
@@ -270,6 +269,11 @@ def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: Expor
                              say=say)
 
 
+def bundle_info(fmt: str, quant: str, result: Any) -> dict[str, Any]:
+    """What the export stage's marker records of one bundle."""
+    return {"format": fmt, "quantization": quant, "parity": result.config.get("parity"), "files": result.sizes}
+
+
 def run_export(ctx: RunContext) -> StageOutput:
     files: list[Path] = []
     info: dict[str, Any] = {}
@@ -279,8 +283,7 @@ def run_export(ctx: RunContext) -> StageOutput:
         ctx.say(f"export: {fmt} ({quant}) -> {out}")
         result = export_bundle(fmt, quant, ctx.student_dir, out, ctx.cfg.export, ctx.testset(), ctx.say)
         files.append(out)
-        info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
-                      "files": result.sizes}
+        info[name] = bundle_info(fmt, quant, result)
     teacher = exportable_teacher(ctx)
     for fmt, quant, name in ctx.cfg.teacher_bundles():
         if teacher is None:
@@ -292,7 +295,7 @@ def run_export(ctx: RunContext) -> StageOutput:
         record_path = out.parent / f".{name}.record.json"
         key = hash_json({"teacher": ctx.output_hash("teacher"), "format": [fmt, quant],
                          "export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)})
-        record = read_record(record_path)
+        record = read_json_object(record_path) or {}
         kept = record.get("outputs")
         if record.get("key") == key and kept and outputs_intact(kept, ctx.out) is None:
             ctx.say(f"export: the teacher's {name} bundle is reused (same teacher and export settings)")
@@ -302,19 +305,9 @@ def run_export(ctx: RunContext) -> StageOutput:
         record_path.unlink(missing_ok=True)
         ctx.say(f"export: the teacher as {fmt} ({quant}) -> {out}")
         result = export_bundle(fmt, quant, teacher, out, ctx.cfg.export, ctx.testset(), ctx.say)
-        info[name] = {"format": fmt, "quantization": quant, "parity": result.config.get("parity"),
-                      "files": result.sizes}
+        info[name] = bundle_info(fmt, quant, result)
         atomic_write_json(record_path, {"key": key, "outputs": describe_files([out], ctx.out), "info": info[name]})
     return StageOutput(files, info)
-
-
-def read_record(path: Path) -> dict[str, Any]:
-    """A JSON record written by this module, or {} when it is missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def exportable_teacher(ctx: RunContext) -> Path | None:
