@@ -58,12 +58,35 @@ def _torch_bytes(encoder, folder: Path) -> int:
     return sum(p.numel() * p.element_size() for p in params) + (tok.stat().st_size if tok else 0)
 
 
+def model_kind(spec: str) -> str:
+    """The ``kind`` :func:`load_model` takes for a bare spec: ``peer`` (a peer name or ``peer:NAME``),
+    ``onnx`` (a tinyglot folder whose loader takes a thread count: the exported bundles), ``torch``
+    (another tinyglot folder), else ``spec`` (anything :func:`tinyglot.encoders.load_encoder` resolves)."""
+    import inspect
+
+    from tinyglot.encoders import PEERS
+    from tinyglot.models import loader_function, read_model_config
+
+    if spec.removeprefix("peer:") in PEERS:
+        return "peer"
+    folder = Path(spec).expanduser()
+    if not (folder / "config.json").is_file():
+        return "spec"
+    loader = read_model_config(folder).get("loader")
+    if not isinstance(loader, str):
+        return "spec"
+    return "onnx" if "threads" in inspect.signature(loader_function(loader, folder)).parameters else "torch"
+
+
 def load_model(kind: str, spec: str, threads: int):
-    """(encoder, size in bytes) of one model: a tinyglot bundle / folder, or a peer by name."""
+    """(encoder, size in bytes) of one model: a tinyglot bundle / folder, a peer by name, or (kind
+    ``spec``) anything tinyglot's resolver opens; kind ``auto``: :func:`model_kind` decides."""
+    if kind == "auto":
+        kind = model_kind(spec)
     if kind == "peer":
         from tinyglot.encoders.peers import load_peer
 
-        enc = load_peer(spec, threads)
+        enc = load_peer(spec.removeprefix("peer:"), threads)
         return enc, enc.size_bytes()
     import torch
 
@@ -72,6 +95,10 @@ def load_model(kind: str, spec: str, threads: int):
 
     torch.set_num_threads(threads)
     folder = Path(spec)
+    if kind == "spec":
+        from tinyglot.encoders import load_encoder as resolve
+
+        return resolve(spec), folder_bytes(folder) if folder.is_dir() else 0
     enc = load_encoder(folder, **({"threads": threads} if kind in ("onnx", "tflite") else {}))
     size = _torch_bytes(enc, folder) if kind in ("torch", "teacher") else folder_bytes(folder)
     return enc, size
@@ -179,12 +206,18 @@ def run_isolated(kind: str, spec: str, args: argparse.Namespace, known: dict | N
     cmd += ["--throughput-sentences", str(args.throughput_sentences)]
     if known is not None:
         cmd += ["--known-p1", json.dumps(known)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TINYGLOT_NO_PROGRESS": "1"}
+    return run_child(cmd, args.threads, {"kind": kind, "spec": spec})
+
+
+def run_child(cmd: list[str], threads: int, label: dict) -> dict:
+    """Run one model's ``--one`` job of a benchmark script in its own process at ``threads`` threads:
+    the dict its ``RESULT_TAG`` line prints, else ``label`` with the ``error`` it printed last."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TINYGLOT_NO_PROGRESS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(RESULT_TAG)), None)
     if proc.returncode or line is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"kind": kind, "spec": spec, "error": " | ".join(tail)}
+        return label | {"error": " | ".join(tail)}
     return json.loads(line[len(RESULT_TAG):])
 
 

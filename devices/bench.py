@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tinyglot.config import MAX_THREADS as CORE_MAX_THREADS
 from tinyglot.errors import TinyglotError
 from tinyglot.locks import file_lock
 
@@ -38,6 +39,10 @@ from .bench_targets import AdbTarget, LocalTarget, SshTarget, tflite_signature
 from .profiles import DeviceProfile, load_profile
 
 DEFAULT_SEQ = (16, 32, 64, 128)
+# Bounds of a measurement's shape: its inputs are built in memory (past them: a clear error, not a MemoryError)
+MAX_BATCH = 4096
+MAX_SEQ = 16384
+MAX_THREADS = CORE_MAX_THREADS
 
 
 @dataclass

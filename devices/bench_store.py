@@ -35,11 +35,22 @@ COLUMNS = ("device", "device_kind", "runtime", "runtime_version", "bundle", "bun
 
 
 def connect(db_path: str | Path) -> sqlite3.Connection:
+    """The benchmark database at ``db_path`` (created if missing); a clear error for a folder, a file
+    that is not SQLite or one that cannot be written."""
     db_path = Path(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(db_path)
-    conn.row_factory = sqlite3.Row
-    conn.executescript(SCHEMA)
+    if db_path.is_dir():
+        raise TinyglotError(f"--db {db_path} is a folder, not a database file", "pass a file path, e.g. bench.sqlite")
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(db_path)
+        conn.row_factory = sqlite3.Row
+        conn.executescript(SCHEMA)
+    except sqlite3.DatabaseError as exc:
+        raise TinyglotError(f"--db {db_path} is not a tinyglot benchmark database ({exc}); it was not changed",
+                            "pass a new file path, or the SQLite file an earlier `tinyglot bench` wrote") from None
+    except OSError as exc:
+        raise TinyglotError(f"cannot open the benchmark database {db_path}: {exc.strerror or exc}",
+                            "pass a file path in a folder you can write to") from None
     return conn
 
 

@@ -13,8 +13,8 @@ from transformers import BertModel
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_folder, atomic_write_json
-from tinyglot.models import (TorchEncoder, bert_config, config_section, load_folder_tokenizer, mean_pool,
-                             read_model_config)
+from tinyglot.models import (TorchEncoder, bert_config, check_model_shape, check_transformers_folder, config_section,
+                             load_folder_tokenizer, mean_pool, model_subfolder, read_model_config)
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
 
@@ -153,12 +153,30 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
     if scfg.vocab_size != tokenizer.vocab_size:
         raise CheckpointError(f"tokenizer has {tokenizer.vocab_size} pieces, the student expects {scfg.vocab_size}",
                               "use the tokenizer the student was trained with")
+    model_dir = model_subfolder(path, "model")
+    weights = sorted(model_dir.glob("*.safetensors")) if model_dir.is_dir() else []
+    check_model_shape(path / "config.json", {"vocab_size": scfg.vocab_size, "hidden_size": scfg.hidden_size,
+                                             "num_layers": scfg.num_layers, "num_heads": scfg.num_heads,
+                                             "ffn_size": scfg.ffn_size, "max_len": scfg.max_len}, weights=weights)
+    if model_dir.is_dir():
+        check_transformers_folder(model_dir, path, {
+            "model_type": "bert", "vocab_size": scfg.vocab_size, "hidden_size": scfg.hidden_size,
+            "num_hidden_layers": scfg.num_layers, "num_attention_heads": scfg.num_heads,
+            "intermediate_size": scfg.ffn_size, "max_position_embeddings": scfg.max_len, "type_vocab_size": 1,
+            "pad_token_id": 0})
     model = Student(scfg)
     try:
-        model.encoder = BertModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
-    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:  # a truncated model.safetensors
+        model.encoder = BertModel.from_pretrained(model_dir, add_pooling_layer=False, local_files_only=True)
+    # a truncated model.safetensors; odd values in model/config.json (transformers asserts on some)
+    except (OSError, ValueError, RuntimeError, TypeError, AssertionError, SafetensorError) as exc:
         raise CheckpointError(f"the student weights in {path / 'model'} cannot be read ({exc})",
                               "re-create the student (tinyglot distill ... --resume finishes a run)") from None
+    positions = model.encoder.config.max_position_embeddings
+    if scfg.max_len > positions or model.encoder.config.hidden_size != scfg.hidden_size:
+        raise CheckpointError(f"{path}/config.json does not match the weights in {model_dir} (max_len {scfg.max_len} "
+                              f"vs {positions} positions, hidden size {scfg.hidden_size} vs "
+                              f"{model.encoder.config.hidden_size})",
+                              "re-create the student with tinyglot (its config.json was edited)")
     if model.output is not None:
         from safetensors.torch import load_file
 

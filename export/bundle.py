@@ -17,6 +17,7 @@ Pooling and normalisation live inside the model file: the runtime only tokenises
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -29,11 +30,13 @@ from typing import Any
 from tinyglot.encoder import encode_token_batches  # the one token-id batcher, re-exported for the formats
 from tinyglot.errors import TinyglotError
 from tinyglot.integrity import check_sha256, file_digests
-from tinyglot.io import atomic_write_json
+from tinyglot.io import atomic_write_json, read_json_object
+from tinyglot.outputs import claim_output
 from tinyglot.models import config_files, folder_file, read_model_config
 from tinyglot.registry import BUNDLE_KIND, load_source, source_kinds, source_sha, source_size, source_weight_files
 
 CONFIG = "config.json"
+ALLOW_UNVERIFIED = "TINYGLOT_ALLOW_UNVERIFIED"  # =1: a bundle without its integrity record loads, with a warning
 TOKENIZER = "tokenizer.model"
 PARITY = "parity.json"
 SOURCE_KINDS = source_kinds()  # the kinds registered when this module was imported (see tinyglot.registry)
@@ -80,17 +83,53 @@ def write_bundle_config(out: str | Path, cfg: dict) -> Path:
 
 
 def check_bundle_out(model_path: Path, out: Path) -> None:
-    """The bundle folder must differ from the source and must not hold another tinyglot model."""
+    """The bundle folder must differ from the source (what else it may hold: :func:`claim_bundle_out`)."""
     if out.resolve() == model_path.resolve():
         raise TinyglotError("the bundle folder is the source folder", "pass another --out")
-    cfg_path = out / "config.json"
-    if cfg_path.exists():
-        try:
-            kind = json.loads(cfg_path.read_text(encoding="utf-8")).get("kind")
-        except (json.JSONDecodeError, AttributeError):
-            kind = None
-        if kind != "bundle":
-            raise TinyglotError(f"{out} holds another tinyglot model", "pass an empty or new --out folder")
+
+
+def legacy_bundle_files(folder: Path) -> list[str] | None:
+    """The top-level names a bundle folder written before ownership records holds as its own (None: the
+    folder is no such bundle)."""
+    cfg = read_json_object(folder / CONFIG)
+    if cfg is None or cfg.get("kind") != BUNDLE_KIND:
+        return None
+    listed = [*(cfg.get("files") or []), *(cfg.get("sha256") or {}), cfg.get("tokenizer", TOKENIZER)]
+    return [CONFIG, PARITY, TOKENIZER, "README.md", *(str(n).split("/")[0] for n in listed if isinstance(n, str))]
+
+
+def claim_bundle_out(out: str | Path) -> None:
+    """``out`` may take a bundle: new, empty, or a bundle folder that holds only the files tinyglot wrote
+    there (an export replaces the whole folder); else a clear error and nothing touched."""
+    claim_output(out, BUNDLE_KIND, legacy=legacy_bundle_files, exclusive=True)
+
+
+def config_digest(cfg: dict) -> str:
+    """sha256 of a bundle config's content, less its own digests (recorded as ``config_sha256``)."""
+    body = {k: v for k, v in cfg.items() if k not in ("sha256", "config_sha256")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def onnx_external_files(path: Path) -> list[str]:
+    """The external-data files an ONNX model names (its weights kept beside it), as written there."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    names: set[str] = set()
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            names.update(e.value for e in tensor.external_data if e.key == "location")
+    return sorted(names)
+
+
+def verified_files(folder: Path, cfg: dict) -> list[str]:
+    """Every file a bundle's loader reads: its model files, their ONNX external data, the tokenizer."""
+    files = [*cfg["files"], cfg.get("tokenizer", TOKENIZER)]
+    for name in cfg["files"]:
+        if str(name).endswith(".onnx"):
+            files += [str(Path(name).parent / ext) if Path(name).parent != Path(".") else ext
+                      for ext in onnx_external_files(folder_file(folder, name, "'files'"))]
+    return files
 
 
 def parity_summary(report, gated: bool) -> dict:
@@ -107,7 +146,8 @@ def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool) -> No
     if parity_gate and not report.passed:
         report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
                                "Pass --no-parity-gate to keep it anyway")
-    cfg["sha256"] = file_digests(out, [*cfg["files"], cfg.get("tokenizer", TOKENIZER)])
+    cfg["sha256"] = file_digests(out, verified_files(out, cfg))
+    cfg["config_sha256"] = config_digest(cfg)
     write_bundle_config(out, cfg)
 
 
@@ -135,8 +175,30 @@ def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
     if not isinstance(cfg.get("quantization", {}), dict):
         raise TinyglotError(f"{path}/config.json: 'quantization' is not an object",
                             "re-run `tinyglot export` into a fresh folder")
-    if "sha256" in cfg:  # bundles exported before the digests were recorded have none
+    if "sha256" in cfg and "config_sha256" in cfg:
         check_sha256(path, cfg["sha256"])
+        if cfg["config_sha256"] != config_digest(cfg):
+            raise TinyglotError(f"{path}/config.json was changed after the export (its content no longer matches "
+                                "the digest recorded in it)", "re-export the bundle with `tinyglot export`")
+        missing = sorted(set(verified_files(path, cfg)) - set(cfg["sha256"]))
+        if missing:
+            raise TinyglotError(f"{path}/config.json records no digest for {', '.join(missing)}, which the model "
+                                "reads", "re-export the bundle with `tinyglot export`")
+    elif os.environ.get(ALLOW_UNVERIFIED) == "1":
+        from rich.markup import escape
+
+        from tinyglot.console import make_console
+
+        make_console(stderr=True).print(
+            f"[bold yellow]WARNING:[/] {escape(str(path))} has no integrity record (sha256 of its files and config): "
+            f"it is loaded UNVERIFIED because {ALLOW_UNVERIFIED}=1 (--allow-unverified), and what it computes may "
+            "come from damaged or swapped files", soft_wrap=True)
+    else:
+        raise TinyglotError(
+            f"{path} has no integrity record (config.json lacks 'sha256' or 'config_sha256'), so its files "
+            "cannot be checked: it was damaged, edited, or exported by an older tinyglot",
+            "re-export it with `tinyglot export`; to load it anyway, pass --allow-unverified to the command "
+            f"(or set {ALLOW_UNVERIFIED}=1)")
     return cfg
 
 
@@ -249,7 +311,6 @@ class Converter:
     label: str = ""  # the parity report's label, e.g. "onnx dynamic"
     quantization: dict = field(default_factory=dict)
     model_files: tuple[str, ...] = ()  # produced in the work folder, moved into the bundle
-    stale: tuple[str, ...] = ()  # files or folders of an earlier export to remove before the move
 
     def check(self, source: Source) -> None:
         """Refuse a source this format cannot take (before any work)."""
@@ -298,28 +359,47 @@ def open_source(model: str | Path, out: str | Path) -> tuple[Source, Path]:
 def export_bundle(converter: Converter, model: str | Path, out: str | Path, *, source: Source | None = None,
                   testset: Any = None, max_sentences: int = 100, gates: Any = None, parity_gate: bool = True,
                   extra_config: dict | None = None, say: Callable[[str], None] = lambda msg: None) -> ExportResult:
-    """prepare -> convert -> verify -> finalise, the same for every format:
+    """prepare -> convert -> verify -> finalise -> swap, the same for every format:
 
-    the source is opened and checked; the converter writes its model files in a hidden work folder
-    inside ``out``, which are moved into ``out`` only when the conversion succeeded (an earlier
-    bundle's config.json and parity.json are removed then); the tokenizer is copied; parity against
-    the PyTorch source is measured (and the converter's own checks run); ``parity.json`` is written,
-    then ``config.json`` last, and only if the parity gates passed (or not ``parity_gate``)."""
-    from .parity import check_parity
+    the source is opened and ``out`` claimed (new, empty, or a bundle folder holding only tinyglot's
+    files: else a clear error and nothing touched); the whole bundle is built in a staging folder
+    beside ``out``: the converter's model files, the tokenizer, ``parity.json`` against the PyTorch
+    source (and the converter's own checks), then ``config.json`` last, only if the parity gates
+    passed (or not ``parity_gate``).  The finished folder then replaces ``out`` in one atomic swap, so
+    a kill at any point leaves the earlier bundle or the new one.  A bundle that fails its gates
+    replaces nothing: it is kept (without config.json) only where ``out`` held no bundle."""
+    from tinyglot.outputs import remove_dead_staging, replace_folder, staging_folder
 
     if source is None:
         source, out = open_source(model, out)
     out = Path(out)
     converter.check(source)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_bundle_out(out)
+    remove_dead_staging(out)  # what a killed export into ``out`` left beside it (its record says so)
+    stage = staging_folder(out)
+    try:
+        result = _build_bundle(converter, source, stage, testset, max_sentences, gates, parity_gate, extra_config,
+                               say)
+    except TinyglotError:
+        if (stage / PARITY).exists() and not (stage / CONFIG).exists() and not (out / CONFIG).exists():
+            replace_folder(stage, out, BUNDLE_KIND)  # the failed bundle, for inspection: out held none
+        else:
+            shutil.rmtree(stage, ignore_errors=True)
+        raise
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    replace_folder(stage, out, BUNDLE_KIND)
+    return ExportResult(out, result.config, result.parity, converter.sizes(out), result.source_bytes, result.graph)
+
+
+def _build_bundle(converter: Converter, source: Source, out: Path, testset: Any, max_sentences: int, gates: Any,
+                  parity_gate: bool, extra_config: dict | None, say: Callable[[str], None]) -> ExportResult:
+    """The bundle, complete, in the (staging) folder ``out``."""
+    from .parity import check_parity
+
     with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
         stats = converter.convert(source, Path(tmp), say)
-        for stale in (CONFIG, PARITY, *converter.stale):
-            path = out / stale
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
         for name in converter.model_files:
             os.replace(Path(tmp) / name, out / name)
     source.tokenizer.save(out / TOKENIZER)
@@ -344,8 +424,7 @@ def export_bundle(converter: Converter, model: str | Path, out: str | Path, *, s
                                "parity": parity_summary(report, parity_gate), **(extra_config or {})})
     converter.finish(out, cfg, report)
     finalize_bundle(out, cfg, report, parity_gate)
-    return ExportResult(out, cfg, report, converter.sizes(out), source_size(source.path, source.config), stats)
-
+    return ExportResult(out, cfg, report, {}, source_size(source.path, source.config), stats)
 
 
 @dataclass
@@ -380,10 +459,10 @@ class StringBundleConverter(Converter):
         raise NotImplementedError
 
 __all__ = [
-    "BUNDLE_KIND", "CONFIG", "PARITY", "SOURCE_KINDS", "TOKENIZER", "Converter", "ExportResult", "Source",
-    "StringBundleConverter",
-    "bundle_config", "eager_attention", "embedding_module_class", "encode_token_batches", "export_bundle",
-    "file_sizes", "find_transformer",
-    "human_size", "load_source", "open_source", "read_bundle", "source_sha", "source_size", "source_weight_files",
-    "write_bundle_config",
+    "ALLOW_UNVERIFIED", "BUNDLE_KIND", "CONFIG", "PARITY", "SOURCE_KINDS", "TOKENIZER", "Converter", "ExportResult",
+    "Source", "StringBundleConverter",
+    "bundle_config", "check_bundle_out", "claim_bundle_out", "config_digest", "eager_attention",
+    "embedding_module_class", "encode_token_batches", "export_bundle", "file_sizes", "find_transformer",
+    "human_size", "legacy_bundle_files", "load_source", "onnx_external_files", "open_source", "read_bundle",
+    "source_sha", "source_size", "source_weight_files", "verified_files", "write_bundle_config",
 ]

@@ -339,13 +339,18 @@ def prune_student(
 
 
 def add_pruning_report(bundle: str | Path, result: PruneResult) -> None:
-    """Record the pruning in a bundle's ``config.json`` (if written) and ``parity.json``."""
+    """Record the pruning in a bundle's ``config.json`` (if written; its recorded digest follows) and
+    ``parity.json``."""
+    from .bundle import config_digest
+
     bundle = Path(bundle)
     for name in ("config.json", "parity.json"):
         path = bundle / name
         if path.is_file():
             data = json.loads(path.read_text(encoding="utf-8"))
             data["pruning"] = result.to_dict()
+            if name == "config.json" and "config_sha256" in data:
+                data["config_sha256"] = config_digest(data)
             atomic_write_json(path, data)
 
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.quiet import third_party_output
 
 if TYPE_CHECKING:
     from optimum.onnxruntime.configuration import OptimizationConfig
@@ -331,7 +332,8 @@ def quantize_graph(src: str | Path, dst: str | Path, qcfg: QuantizationConfig, *
         from onnxruntime.quantization import quantize_dynamic
 
         # ORTQuantizer cannot pass DefaultTensorType, which fused graphs need: optimum's config, ORT's quantizer
-        quantize_dynamic(src, dst, **_quantizer_options(qcfg.to_optimum(), qcfg.operators))
+        with third_party_output("onnxruntime's quantizer output"):
+            quantize_dynamic(src, dst, **_quantizer_options(qcfg.to_optimum(), qcfg.operators))
     elif qcfg.mode == "static":
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
 
@@ -343,7 +345,8 @@ def quantize_graph(src: str | Path, dst: str | Path, qcfg: QuantizationConfig, *
                   "percentile": CalibrationMethod.Percentile}[qcfg.calibration_method]
         options = _quantizer_options(qcfg.to_optimum(), qcfg.operators)
         # the calibrator writes an augmented copy of the model next to its temporary files
-        with tempfile.TemporaryDirectory(dir=workdir) as tmp, _chdir(tmp):
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp, _chdir(tmp), \
+                third_party_output("onnxruntime's quantizer output"):
             quantize_static(src, dst, reader, quant_format=QuantFormat.QDQ, calibrate_method=method,
                             activation_type=_qtype(qcfg.activation_type), **options)
     elif qcfg.mode == "fp16":

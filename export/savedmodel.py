@@ -388,7 +388,7 @@ def export_savedmodel(
     check = check + [s.upper() for s in check[:200]] + ["HELLO World", "ÄÖÜ Straße", "ＦＵＬＬＷＩＤＴＨ ｶﾀｶﾅ",
                                                        "x " * (4 * max_len)]
     converter = SavedModelConverter(fmt=FORMAT, loader=LOADER, label="savedmodel",
-                                    quantization={"mode": "none", "name": "none"}, stale=SAVEDMODEL_ITEMS,
+                                    quantization={"mode": "none", "name": "none"},
                                     threads=threads, check_sentences=check, graph_tokenizer=graph_tokenizer,
                                     pooling=pooling)
     return export_bundle(converter, model, out, source=source, testset=testset, max_sentences=max_sentences,

@@ -22,6 +22,7 @@ int8 (or fp16) and take much less room than fp32 (the PT2E quantizer silently di
 here; the quant recipes work).
 
 :class:`TFLiteEncoder` tokenises, truncates to the largest bucket (= the bundle's ``max_len``),
+splits a call into sub-batches by each sentence's bucket (:func:`tinyglot.encoder.length_batches`),
 picks the smallest sequence bucket that holds the longest sentence of each batch, pads, and runs
 the signature whose batch fits (a larger batch is cut into chunks, a smaller one padded with
 copies of its first row, which are dropped, as long as at most half the rows are padding; else
@@ -42,9 +43,10 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.quiet import third_party_output
 
 from .bundle import TOKENIZER, Converter, ExportResult, Source, eager_attention, embedding_module_class, \
-    encode_token_batches, export_bundle, open_source, read_bundle
+    export_bundle, open_source, read_bundle
 from .parity import Gates
 
 LITERT_PROGRESS = "LITERT_TORCH_SHOW_PROGRESS"
@@ -68,9 +70,10 @@ log = logging.getLogger(__name__)
 
 def _require_litert(convert: bool = False):
     try:
-        import ai_edge_litert.interpreter  # noqa: F401
-        if convert:
-            import litert_torch  # noqa: F401
+        with third_party_output("LiteRT's import output"):  # litert-torch imports TensorFlow: C++ log lines
+            import ai_edge_litert.interpreter  # noqa: F401
+            if convert:
+                import litert_torch  # noqa: F401
     except ImportError as exc:
         what = "litert-torch and ai-edge-litert" if convert else "ai-edge-litert"
         raise TinyglotError(f"TFLite {'export' if convert else 'bundles'} need {what} ({exc})",
@@ -126,11 +129,12 @@ def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], 
     inputs are named ``input_ids``/``attention_mask``)."""
     import torch
 
-    import litert_torch
+    with third_party_output("litert-torch's import output"):  # TensorFlow's C++ log lines
+        import litert_torch
 
+        qcfg = _quant_config(mode)
     path = Path(path)
     module.eval()
-    qcfg = _quant_config(mode)
     conv = None
     gen = torch.Generator().manual_seed(0)
     for batch, seq in shapes:
@@ -145,9 +149,11 @@ def convert_module(module, path: str | Path, shapes: Sequence[tuple[int, int]], 
     if conv is None:
         raise TinyglotError("no signature to convert", "pass at least one batch size and sequence bucket")
     try:
-        with quiet_litert(), eager_attention(inner), torch.no_grad():
+        # ai-edge-quantizer's tqdm bars and size lines (print), torch.export warnings, TF's C++ logs
+        with third_party_output("litert-torch's conversion output"), quiet_litert(), eager_attention(inner), \
+                torch.no_grad():
             edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
-        edge.export(str(path))
+            edge.export(str(path))
     except TinyglotError:
         raise
     except Exception as exc:  # the converter raises many types; name it for the user
@@ -327,7 +333,11 @@ class TFLiteEncoder:
         self.tokenizer = tokenizer
         self.name = name or f"tflite ({self.model_path.parent.name})"
         try:
-            self.interpreter = Interpreter(model_path=str(self.model_path), num_threads=max(1, int(threads)))
+            # allocating applies the XNNPACK delegate now, inside the capture: LiteRT's C++ runtime
+            # prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on stderr then
+            with third_party_output("LiteRT's output"):
+                self.interpreter = Interpreter(model_path=str(self.model_path), num_threads=max(1, int(threads)))
+                self.interpreter.allocate_tensors()
         except Exception as exc:
             raise TinyglotError(f"LiteRT cannot open {self.model_path} ({type(exc).__name__}: {exc})",
                                 "re-export the bundle with `tinyglot export --format tflite`") from None
@@ -406,7 +416,18 @@ class TFLiteEncoder:
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        return encode_token_batches(self, sentences, batch_size)
+        """:func:`~tinyglot.encoder.encode_token_batches`, but sub-batched by what a row costs here:
+        its sequence bucket (a run pads every row to the bucket of its longest), so rows of one
+        bucket share runs and no row runs in a larger bucket than its own."""
+        from tinyglot.encoder import check_sentences, encode_by_length
+
+        ids = self.tokenizer.encode_ids(check_sentences(sentences), self.max_len)
+
+        def run(rows: np.ndarray) -> np.ndarray:
+            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
+            return self.run_batch(batch.ids, batch.mask)
+
+        return encode_by_length([self.bucket_for(len(x)) for x in ids], batch_size, run)
 
 
 def load_tflite_bundle(path: str | Path, threads: int = 1, **_: Any) -> TFLiteEncoder:

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.quiet import mediapipe_without_tensorflow, third_party_output
 
 from .bundle import TOKENIZER, ExportResult, Source, StringBundleConverter, eager_attention, export_bundle, read_bundle
 from .parity import STANDALONE_MEDIAPIPE, Gates, ParityReport, parity_paragraph
@@ -67,8 +68,10 @@ def _require_mediapipe():
 
     preload_ortx()  # before MediaPipe imports TensorFlow: onnx-text bundles then still open here
     try:
-        import mediapipe  # noqa: F401
-        from mediapipe.tasks.python.text import text_embedder  # noqa: F401
+        # MediaPipe imports TensorFlow, when installed, only for its docs build and tf.io.gfile
+        with mediapipe_without_tensorflow(), third_party_output("MediaPipe's import output"):
+            import mediapipe  # noqa: F401
+            from mediapipe.tasks.python.text import text_embedder  # noqa: F401
     except ImportError as exc:
         raise TinyglotError(f"tflite-mediapipe bundles need mediapipe ({exc})",
                             "pip install 'tinyglot[mediapipe]'") from None
@@ -115,10 +118,12 @@ def mediapipe_module_class():
 
 def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) -> Path:
     """litert-torch conversion at ``[1, max_len + 2]`` int32 inputs, one signature (one subgraph)."""
-    import litert_torch
     import torch
 
     from .tflite import _quant_config, quiet_litert
+
+    with third_party_output("litert-torch's import output"):  # TensorFlow's C++ log lines
+        import litert_torch
 
     seq = int(max_len) + 2
     gen = torch.Generator().manual_seed(0)
@@ -129,10 +134,12 @@ def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) 
     module.eval()
     qcfg = _quant_config(mode)
     try:
-        with quiet_litert(), eager_attention(getattr(module, "model", module)), torch.no_grad():
+        # ai-edge-quantizer's tqdm bars and size lines (print), torch.export warnings, TF's C++ logs
+        with third_party_output("litert-torch's conversion output"), quiet_litert(), \
+                eager_attention(getattr(module, "model", module)), torch.no_grad():
             conv = litert_torch.signature(SIGNATURE, module, sample_kwargs=kwargs)
             edge = conv.convert(quant_config=qcfg) if qcfg is not None else conv.convert()
-        edge.export(str(path))
+            edge.export(str(path))
     except Exception as exc:
         raise TinyglotError(f"litert-torch conversion failed: {type(exc).__name__}: {exc}",
                             "report this with the model's config.json") from exc
@@ -170,7 +177,8 @@ def _metadata_writer():
             sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
         sys.modules[name] = shim
         sys.modules[".".join(parts[:-1])]._pywrap_metadata_version = shim
-    from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
+    with mediapipe_without_tensorflow():  # its metadata module opens files with tf.io.gfile when it can
+        from mediapipe.tasks.python.metadata.metadata_writers import metadata_writer
 
     return metadata_writer
 
@@ -211,7 +219,8 @@ class MediaPipeTextEncoder:
             base_options=base_options.BaseOptions(model_asset_path=str(self.model_path)),
             l2_normalize=False, quantize=False)
         try:
-            self.embedder = text_embedder.TextEmbedder.create_from_options(options)
+            with third_party_output("MediaPipe's output"):  # LiteRT's "Created ... XNNPACK delegate" line
+                self.embedder = text_embedder.TextEmbedder.create_from_options(options)
         except Exception as exc:  # noqa: BLE001 - MediaPipe raises RuntimeError/ValueError with its status
             raise TinyglotError(f"MediaPipe's TextEmbedder cannot open {self.model_path} ({exc})",
                                 "re-export the bundle with `tinyglot export --format tflite-mediapipe`") from None

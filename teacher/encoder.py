@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tinyglot.config import from_dict
 from tinyglot.errors import CheckpointError
-from tinyglot.models import TorchEncoder, config_section, folder_file, read_model_config
+from tinyglot.models import TorchEncoder, check_model_shape, config_section, folder_file, read_model_config
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import load_checkpoint, select_device
 
@@ -30,6 +30,10 @@ def load_model(path: str | Path, which: str = "best") -> tuple[EMSModel, Tokeniz
     ck_path = path / f"{which}.pt"
     if which == "best" and not ck_path.exists():
         ck_path = path / "last.pt"
+    check_model_shape(path / "config.json", {"vocab_size": model_cfg.vocab_size, "hidden_size": model_cfg.hidden_size,
+                                             "num_layers": model_cfg.num_layers, "num_heads": model_cfg.num_heads,
+                                             "ffn_size": model_cfg.ffn_size, "max_len": model_cfg.max_len},
+                      weights=[folder_file(path, ck_path.name, "the checkpoint")])
     ck = load_checkpoint(ck_path, expect={"kind": "ems-teacher", "model": cfg["model"],
                                           "tokenizer": tokenizer.sha256})
     model = EMSModel(model_cfg)

@@ -63,6 +63,44 @@ def test_help_of_every_command_names_and_explains_its_options(path, capsys):
         assert len(options) >= 5  # the commands with many settings really expose them
 
 
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=lambda p: " ".join(p) or "tinyglot")
+def test_help_states_each_default_once_and_never_none(path):
+    """Issue #29: argparse's ArgumentDefaultsHelpFormatter appended "(default: None)" to help texts that
+    already state their default ("(default: embedded corpus) (default: None)")."""
+    parser = dict(_commands(build_parser()))[path]
+    text = parser.format_help()
+    for line in text.splitlines():
+        assert line.count("(default:") <= 1, line
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if not action.help:
+            continue
+        shown = " ".join(formatter._expand_help(action).split())  # the option's help as printed, unwrapped
+        where = f"tinyglot {' '.join(path)} {'/'.join(action.option_strings) or action.dest}: {shown}"
+        assert shown.count("(default:") <= 1, where
+        assert "(default: None)" not in shown and "(default: False)" not in shown, where
+        assert "(default: [" not in shown, where  # lists as the option takes them: 16,32,64
+
+
+def test_run_help_names_the_default_profiles_actual_teacher_and_student():
+    from tinyglot.app.pipeline.settings import PROFILES, PipelineConfig, apply_overrides
+    from tinyglot.teacher.default import DEFAULT_TEACHER_PRESET
+
+    parser = dict(_commands(build_parser()))[("run",)]
+    formatter = parser._get_formatter()
+    profile = next(a for a in parser._actions if "--profile" in a.option_strings)
+    shown = " ".join(formatter._expand_help(profile).split())
+    for name in PROFILES:
+        cfg = apply_overrides(PipelineConfig(profile=name), PROFILES[name])
+        start = shown.index(f"{name} (")
+        said = shown[start:shown.index(")", start)]
+        assert f"{cfg.distill.student} student" in said, (name, said)
+        assert f"{cfg.distill.max_steps} steps" in said, (name, said)
+        teacher = DEFAULT_TEACHER_PRESET if cfg.teacher.spec == "default" else (
+            cfg.teacher.preset if cfg.teacher.spec == "train" else cfg.teacher.spec)
+        assert f"{teacher} teacher" in said, (name, said)
+
+
 def test_eval_tfidf_on_embedded_test_set_prints_table_and_json(tmp_path, capsys):
     out = tmp_path / "tfidf.json"
     assert main(["eval", "--model", "tfidf", "--json", str(out)]) == 0

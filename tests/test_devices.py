@@ -303,14 +303,18 @@ def test_cli_bench_report_devices(bundles, tmp_path, capsys):
 def test_adb_target_runs_benchmark_model_and_parses(tmp_path, tokenizer, monkeypatch):
     """The adb path end to end against a stand-in ``adb`` that records its calls and answers with a
     benchmark_model fixture (no phone here)."""
+    from tinyglot.export.bundle import config_digest
+    from tinyglot.integrity import file_digests
+
     bundle = tmp_path / "tfl"
     bundle.mkdir()
     (bundle / "model.tflite").write_bytes(b"TFL3" + bytes(64))
     tokenizer.save(bundle / "tokenizer.model")
-    (bundle / "config.json").write_text(json.dumps({
-        "kind": "bundle", "format": "tflite", "files": ["model.tflite"], "tokenizer": "tokenizer.model",
-        "max_len": 64, "quantization": {"mode": "dynamic"},
-        "tflite": {"signatures": [{"name": "b1_s64", "batch": 1, "seq": 64}]}}))
+    cfg = {"kind": "bundle", "format": "tflite", "files": ["model.tflite"], "tokenizer": "tokenizer.model",
+           "max_len": 64, "quantization": {"mode": "dynamic"},
+           "tflite": {"signatures": [{"name": "b1_s64", "batch": 1, "seq": 64}]},
+           "sha256": file_digests(bundle, ["model.tflite", "tokenizer.model"])}
+    (bundle / "config.json").write_text(json.dumps({**cfg, "config_sha256": config_digest(cfg)}))
     log = tmp_path / "adb.log"
     fake = tmp_path / "bin" / "adb"
     fake.parent.mkdir()

@@ -259,3 +259,84 @@ def test_evaluation_files(kind, data):
             assert len(a) == len(b) == len(gold)
         else:
             assert all(isinstance(p.x, str) and p.x for pairs in result.values() for p in pairs)
+
+
+# ------------------------------------------------------------------------------ sizes in config.json
+ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**12), st.floats(), st.text(max_size=6),
+                       st.sampled_from([0, 1, 2**31, 2**63, 100_000, 10**9]))
+
+
+@pytest.mark.parametrize("where", ["student", "transformers"])
+@FUZZ_MODELS
+@given(data=st.data())
+def test_model_folder_sizes(where, data, student_dir):
+    """One size of a student's config.json (or of its transformers model/config.json) set to an odd value:
+    the folder loads and encodes, or gives a TinyglotError, at once (nothing huge is built)."""
+    rel = "config.json" if where == "student" else "model/config.json"
+    cfg = json.loads((student_dir / rel).read_text())
+    section = cfg["student"] if where == "student" else cfg
+    keys = sorted(k for k, v in section.items() if isinstance(v, int) and not isinstance(v, bool))
+    key, value = data.draw(st.sampled_from(keys)), data.draw(ODD_VALUES)
+    edited = json.loads(json.dumps(cfg))
+    (edited["student"] if where == "student" else edited)[key] = value
+    _fuzz_file(student_dir, rel, json.dumps(edited).encode())
+
+
+# ------------------------------------------------------------------------------ command options
+FUZZ_CLI = settings(FUZZ, max_examples=60)
+ODD_TEXT = st.one_of(st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1e13", "10000000000000", "", "[1]", "a.b",
+                                      "1,2", "true", "\udcff", "1" * 400, "none", "100000000000000"]),
+                     st.text(max_size=8), st.integers(-10, 10**14).map(str))
+RUN_KEYS = ["distill.max_steps", "distill.overrides.train.lr", "distill.overrides.loss.beta", "eval.batch_size",
+            "eval.threads", "bench.batch", "bench.seq", "bench.threads", "bench.min_seconds", "bench.min_queries",
+            "export.threads", "export.parity_sentences", "export.tflite_buckets", "data.max_pairs_per_lang",
+            "teacher.overrides.train.weight_decay", "distill.vocab_size", "threads", "distill.student"]
+
+
+def _no_traceback(capsys, run: Callable[[], int]) -> None:
+    """``run()`` (a command) is refused with status 2 and tinyglot's message, or argparse's usage error."""
+    try:
+        code = run()
+    except SystemExit as exc:  # argparse: usage and "error: argument ..."
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and "error" in err, err
+
+
+@FUZZ_CLI
+@given(key=st.sampled_from(RUN_KEYS), value=ODD_TEXT)
+def test_run_options(key, value, tmp_path_factory, capsys):
+    """`tinyglot run --set KEY=odd`: a clear error (the --out given is a file, so a valid value stops there,
+    after every setting was checked, and nothing runs)."""
+    from tinyglot.app.cli import main
+
+    out = tmp_path_factory.getbasetemp() / "run-out-is-a-file"
+    out.write_text("x")
+    _no_traceback(capsys, lambda: main(["run", "--profile", "tiny", "--out", str(out), "--no-progress",
+                                        "--set", f"{key}={value}"]))
+    assert out.read_text() == "x"
+
+
+@FUZZ_CLI
+@given(option=st.sampled_from(["--threads", "--max-sentences", "--quantize", "--buckets", "--batch-sizes",
+                               "--languages", "--format", "--optimize", "--corpus"]), value=ODD_TEXT)
+def test_export_options(option, value, student_dir, tmp_path_factory, capsys):
+    from tinyglot.app.cli import main
+
+    out = tmp_path_factory.getbasetemp() / "export-out-is-a-file"
+    out.write_text("x")
+    _no_traceback(capsys, lambda: main(["export", "--model", str(student_dir), "--out", str(out), option, value]))
+    assert out.read_text() == "x"
+
+
+@FUZZ_CLI
+@given(option=st.sampled_from(["--threads", "--batch", "--seq", "--min-queries", "--min-seconds", "--max-seconds",
+                               "--warmup", "--warmup-seconds", "--device", "--db"]), value=ODD_TEXT)
+def test_bench_options(option, value, tmp_path_factory, capsys):
+    from tinyglot.app.cli import main
+
+    missing = tmp_path_factory.getbasetemp() / "no-such-bundle"
+    db = tmp_path_factory.getbasetemp() / "bench-fuzz.sqlite"
+    args = ["bench", "--bundle", str(missing), "--db", str(db), option, value]
+    _no_traceback(capsys, lambda: main(args))

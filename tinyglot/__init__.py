@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 
-# transformers imports TensorFlow when it is installed (the [tf] extra); torch-only processes do
-# not need it, and importing it costs seconds and oversubscribes threads.
-os.environ.setdefault("USE_TF", "0")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+from tinyglot.quiet import configure as _configure_quiet
+
+# Before any third-party import: USE_TF=0 (transformers then never imports TensorFlow in a torch
+# process), C++ log levels, and the import-time warnings and logs a user cannot act on
+# (tinyglot.quiet; TINYGLOT_VERBOSE=1 shows them).
+_configure_quiet()
 
 from tinyglot.encoder import Encoder, l2_normalize  # noqa: E402
 from tinyglot.errors import TinyglotError  # noqa: E402

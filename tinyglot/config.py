@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -47,6 +48,8 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             raise TinyglotError(f"{name} must be a{'n integer' if base is int else ' number'}, got {value!r}") from None
         if base is int and isinstance(value, float) and not value.is_integer():
             raise TinyglotError(f"{name} must be an integer, got {value!r}")
+        if base is float and not math.isfinite(number):
+            raise TinyglotError(f"{name} must be a finite number, got {value!r}", f"set {name} to a real value")
         return number
     if base is str:
         return str(value)
@@ -77,6 +80,19 @@ def replace(cfg: T, overrides: Mapping[str, Any], prefix: str = "") -> T:
     return dataclasses.replace(cfg, **changes)
 
 
+MAX_THREADS = 1024  # thread counts past this are a typo, and torch overflows on huge ones
+MAX_BATCH = 1 << 20  # sentences or pairs in one batch: past this the arrays alone exhaust memory
+
+
+def validate_at_most(cfg: Any, limits: Mapping[str, int], section: str) -> None:
+    """Settings with an upper bound (thread counts, batch sizes): one clear error each."""
+    for name, limit in limits.items():
+        value = getattr(cfg, name)
+        if isinstance(value, int) and value > limit:
+            raise TinyglotError(f"{section}.{name} is {value:,}, more than the {limit:,} tinyglot allows",
+                                f"set {section}.{name} to a smaller value")
+
+
 def validate_positive(cfg: Any, names: tuple[str, ...], section: str) -> None:
     """Settings that must be >= 1 (step counts, sizes) or > 0 (rates): one clear error each."""
     for name in names:
@@ -97,8 +113,17 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         key, value = item.split("=", 1)
         node = out
         parts = key.strip().split(".")
-        for part in parts[:-1]:
+        if not all(part.strip() for part in parts):
+            raise TinyglotError(f"--set {item!r}: {key.strip()!r} is not a setting name",
+                                "write e.g. --set train.max_steps=500")
+        for depth, part in enumerate(parts[:-1]):
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise TinyglotError(f"--set {item!r} conflicts with an earlier --set of {'.'.join(parts[:depth + 1])}: "
+                                    "one names a section, the other a value", "keep one of the two")
+        if isinstance(node.get(parts[-1]), dict):
+            raise TinyglotError(f"--set {item!r} conflicts with an earlier --set inside {key.strip()}: "
+                                "one names a section, the other a value", "keep one of the two")
         node[parts[-1]] = value
     return out
 

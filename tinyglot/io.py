@@ -9,12 +9,27 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from tinyglot.errors import TinyglotError
 from collections.abc import Iterator
+
+
+def _temporary_name(path: Path, suffix: str = "") -> Path:
+    return path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+
+
+@contextlib.contextmanager
+def _recorded(tmp: Path) -> Iterator[None]:
+    """While the block runs, ``tmp`` is named in the lock file of the locked run folder holding it (see
+    :func:`tinyglot.locks.recorded_temporary`): a kill leaves it listed for the next run to remove."""
+    from tinyglot.locks import recorded_temporary
+
+    with recorded_temporary(tmp):
+        yield
 
 
 @contextlib.contextmanager
@@ -22,17 +37,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
+    tmp_path = _temporary_name(path, ".tmp")
+    with _recorded(tmp_path):
+        fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        try:
+            yield tmp_path
+            with open(tmp_path, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.chmod(tmp_path, 0o666 & ~_umask())  # created 0600; give the usual permissions
+            os.replace(tmp_path, path)
+        finally:
+            tmp_path.unlink(missing_ok=True)
 
 
 def _umask() -> int:
@@ -66,22 +82,28 @@ def read_json_object(path: str | Path) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def atomic_folder(out: str | Path) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out`` that replaces ``out`` when the block succeeds (a kill
-    leaves the old folder or a hidden ``.old`` copy, never a half-written ``out``)."""
+    """Yield a temporary folder beside ``out`` that replaces ``out`` when the block succeeds: one atomic
+    swap where the system has it (a kill leaves the old folder or the new one), the old one removed."""
+    from tinyglot.outputs import exchange
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield tmp
-        apply_umask(tmp)  # mkdtemp made it 0700 (and some writers make 0600 files): the usual permissions
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = _temporary_name(out)
+    with _recorded(tmp):
+        tmp.mkdir()
+        try:
+            yield tmp
+            apply_umask(tmp)  # made 0700 by some writers (and 0600 files): the usual permissions
+            if not out.exists():
+                tmp.rename(out)
+            elif not exchange(tmp, out):  # no atomic swap on this system: two renames, a short gap
+                old = _temporary_name(out, ".old")
+                with _recorded(old):
+                    out.rename(old)
+                    tmp.rename(out)
+                    shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # after a swap: the old folder
 
 
 def apply_umask(folder: str | Path) -> None:
@@ -98,38 +120,15 @@ def apply_umask(folder: str | Path) -> None:
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
 
 
-# The temporaries this module and the exporters create: ``.NAME.XXXXXXXX.tmp`` files (atomic_path),
-# ``.NAME.XXXXXXXX`` and ``.NAME.old`` folders (atomic_folder), ``.export-XXXXXXXX`` folders (export).
-_STALE_FILE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
-_STALE_DIR = re.compile(r"^\.(export-[a-z0-9_]{8}|.+\.[a-z0-9_]{8}|.+\.old)$")
-
-
-def remove_stale_temporaries(folder: str | Path, depth: int = 3) -> list[Path]:
-    """Remove the temporary files and folders a killed run left in ``folder`` and its sub-folders
-    (``depth`` levels, hidden ones skipped); the removed paths.
-
-    Call it only while holding the folder's lock (:func:`tinyglot.locks.run_lock`): a running
-    writer's temporaries look the same."""
-    removed: list[Path] = []
-    top = len(Path(folder).parts)
-    for root, dirs, files in os.walk(folder):
-        if len(Path(root).parts) - top >= depth:
-            dirs[:] = []
-        for name in files:
-            if _STALE_FILE.match(name):
-                path = Path(root) / name
-                path.unlink(missing_ok=True)
-                removed.append(path)
-        keep = []
-        for name in dirs:
-            path = Path(root) / name
-            if _STALE_DIR.match(name) and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
-            elif not name.startswith("."):
-                keep.append(name)
-        dirs[:] = keep
-    return removed
+def check_file_size(path: Path, limit: int, what: str) -> None:
+    """Refuse a file larger than ``limit`` bytes before it is read (clear error naming both sizes)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # a missing file is reported by the reader
+    if size > limit:
+        raise TinyglotError(f"{path} is {size / 1e6:,.1f} MB; a {what} is at most {limit / 1e6:,.0f} MB, so it was "
+                            "not read", f"pass the {what} tinyglot wrote (this one is damaged or not a {what})")
 
 
 def folder_bytes(path: str | Path) -> int:

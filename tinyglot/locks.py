@@ -17,13 +17,14 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinyglot.errors import TinyglotError
-from tinyglot.io import read_json_object, remove_stale_temporaries
+from tinyglot.io import read_json_object
 
 log = logging.getLogger("tinyglot.locks")
 try:
@@ -39,6 +40,13 @@ _held: dict[str, _Held] = {}
 class _Held:
     fd: int
     count: int
+    record: dict[str, Any] = field(default_factory=dict)
+    temporaries: list[str] = field(default_factory=list)  # relative to the lock's folder
+
+    def write(self) -> None:
+        data = (json.dumps({**self.record, "temporaries": self.temporaries}) + "\n").encode("utf-8")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
 
 
 class LockedError(TinyglotError):
@@ -102,10 +110,14 @@ def acquire(path: str | Path, what: str) -> None:
     if key in _held:
         _held[key].count += 1
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
     for _ in range(5):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise TinyglotError(f"cannot write into {path.parent}: {exc.strerror or exc}",
+                                "pass a folder you can write to") from None
         if not _try_flock(fd):
             os.close(fd)
             info = lock_info(path)
@@ -130,11 +142,11 @@ def acquire(path: str | Path, what: str) -> None:
         if info and info.get("pid") != os.getpid():
             log.warning("taking over the lock of %s left by %s, which is no longer running", path.parent,
                         _describe(info))
+            _remove_temporaries(path.parent, info.get("temporaries"))
         record = {"pid": os.getpid(), "host": host, "started": round(time.time(), 3),
                   "command": what, "argv": sys.argv[:8]}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
-        _held[key] = _Held(fd, 1)
+        held = _held[key] = _Held(fd, 1, record)
+        held.write()
         return
     raise LockedError(f"cannot take the lock {path}: it keeps changing", "check what else runs in that folder")
 
@@ -150,8 +162,73 @@ def release(path: str | Path) -> None:
         return
     del _held[key]
     with contextlib.suppress(OSError):
-        Path(path).unlink()
+        if os.stat(path).st_ino == os.fstat(held.fd).st_ino:  # ours (a folder swapped in has none, or another's)
+            Path(path).unlink()
     os.close(held.fd)
+
+
+def _remove_temporaries(folder: Path, names: object) -> list[Path]:
+    """Remove the temporaries a dead owner's lock file names: only those, only inside ``folder``."""
+    removed: list[Path] = []
+    if not isinstance(names, list):
+        return removed
+    root = folder.resolve()
+    for name in names:
+        if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+            continue
+        path = folder / name
+        try:
+            inside = path.parent.resolve().is_relative_to(root)
+        except (OSError, RuntimeError):
+            inside = False
+        if not inside:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_symlink() or path.exists():
+            path.unlink(missing_ok=True)
+        else:
+            continue
+        removed.append(path)
+    if removed:
+        log.info("removed %d temporary file(s)/folder(s) left in %s by an interrupted run", len(removed), folder)
+    return removed
+
+
+def _holder(path: Path) -> tuple[_Held, Path] | None:
+    """The held lock whose folder contains ``path`` (the innermost), and that folder."""
+    best: tuple[_Held, Path] | None = None
+    for key, held in _held.items():
+        folder = Path(key).parent
+        if path.is_relative_to(folder) and (best is None or len(folder.parts) > len(best[1].parts)):
+            best = (held, folder)
+    return best
+
+
+@contextlib.contextmanager
+def recorded_temporary(path: str | Path) -> Iterator[None]:
+    """Name ``path`` (a temporary about to be created) in the lock file of the locked folder that holds it
+    while the block runs, so that a run started after a kill removes exactly what was left, and
+    nothing else.  Outside a locked folder this does nothing."""
+    if not _held:
+        yield
+        return
+    path = Path(os.path.abspath(path))
+    found = _holder(Path(os.path.join(os.path.realpath(path.parent), path.name)))
+    if found is None:
+        yield
+        return
+    held, folder = found
+    rel = os.path.relpath(os.path.join(os.path.realpath(path.parent), path.name), folder)
+    held.temporaries.append(rel)
+    held.write()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            held.temporaries.remove(rel)
+        with contextlib.suppress(OSError):
+            held.write()
 
 
 @contextlib.contextmanager
@@ -165,31 +242,44 @@ def file_lock(path: str | Path, what: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def run_lock(folder: str | Path, what: str) -> Iterator[Path]:
-    """Hold ``folder/.tinyglot.lock`` while the block runs; ``folder`` is created if missing and
-    removed again if the block fails and leaves it empty (a failed run leaves no empty folder).
-    Temporary files and folders a killed run left in ``folder`` are removed first.
+def run_lock(folder: str | Path, what: str, kind: str | None = None, *,
+             legacy: Callable[[Path], list[str] | None] | None = None,
+             exclusive: bool = False) -> Iterator[Path]:
+    """Hold ``folder/.tinyglot.lock`` while the block runs.
+
+    ``kind``: the folder is first claimed as a tinyglot output of that kind
+    (:func:`tinyglot.outputs.claim_output`: new, empty or of the same kind, else a clear error with
+    nothing touched); it is created if missing and removed again if the block fails and leaves
+    nothing of its own (a failed run leaves no empty folder).  The temporaries a killed run named in
+    its lock file, and its staging folders beside ``folder``, are removed when the lock is taken over.
 
     In a data-parallel run (torchrun) only rank 0 takes the lock.
     """
+    from tinyglot.outputs import claim_output, make_folder, release_claim, remove_dead_staging
+
     folder = Path(folder)
     if os.environ.get("RANK", "0") != "0":
         yield folder
         return
     created = not folder.exists()
-    acquire(folder / LOCK_NAME, what)
+    if kind:  # the checks first (nothing written), then the lock, then the record
+        claim_output(folder, kind, legacy=legacy, exclusive=exclusive, write=False)
     ok = False
     try:
-        stale = remove_stale_temporaries(folder)  # ours now: what is there was left by a killed run
-        if stale:
-            log.info("removed %d temporary file(s)/folder(s) left in %s by an interrupted run", len(stale), folder)
-        yield folder
-        ok = True
+        make_folder(folder)
+        acquire(folder / LOCK_NAME, what)
+        try:
+            if kind:
+                claim_output(folder, kind, legacy=legacy, exclusive=exclusive)
+            remove_dead_staging(folder)
+            yield folder
+            ok = True
+        finally:
+            release(folder / LOCK_NAME)
     finally:
-        release(folder / LOCK_NAME)
         if created and not ok:
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only if empty
+            release_claim(folder)
 
 
-__all__ = ["LOCK_NAME", "LockedError", "acquire", "file_lock", "lock_info", "pid_alive", "release", "run_lock"]
+__all__ = ["LOCK_NAME", "LockedError", "acquire", "file_lock", "lock_info", "pid_alive", "recorded_temporary",
+           "release", "run_lock"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import math
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from tinyglot.encoder import Encoder, encode_token_batches
 from tinyglot.errors import TinyglotError
+from tinyglot.io import check_file_size
 
 
 def bert_config(vocab_size: int, hidden: int, layers: int, heads: int, ffn: int, max_len: int,
@@ -94,6 +96,100 @@ LOADERS: dict[str, tuple[str, str]] = {
 LOADER_GROUP = "tinyglot.loaders"
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a model folder's config.json: a few KB in practice
+# Bounds of a model's shape read from a folder (other people's files): each size, and the fp32 bytes the
+# model would take once built (TINYGLOT_MAX_MODEL_BYTES overrides the default, in bytes).
+SHAPE_LIMITS = {"vocab_size": 1_000_000, "hidden_size": 8192, "num_layers": 256, "num_heads": 256,
+                "ffn_size": 65536, "max_len": 16384, "embedding_size": 8192}
+MAX_MODEL_BYTES = 8 << 30
+
+
+def check_model_shape(where: str | Path, shape: dict[str, object], *, shared_layers: bool = False,
+                      weights: Sequence[Path] = ()) -> int:
+    """Check the sizes a model folder's config gives (``SHAPE_LIMITS`` keys; absent ones are skipped)
+    before anything is built: each a whole number within its bound, and the fp32 model within
+    ``MAX_MODEL_BYTES`` and within what its ``weights`` files on disk can hold.  Returns the estimated
+    bytes; a clear error names the estimate otherwise."""
+    import os
+
+    dims: dict[str, int] = {}
+    for name, value in shape.items():
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value > SHAPE_LIMITS[name]:
+            raise TinyglotError(f"{where}: {name} is {value!r}, not a whole number from 1 to {SHAPE_LIMITS[name]:,}",
+                                "re-create the model folder with tinyglot (its config is damaged or hostile)")
+        dims[name] = value
+    h = dims.get("hidden_size", 1)
+    e = dims.get("embedding_size", h)
+    per_layer = 4 * h * h + 2 * h * dims.get("ffn_size", 4 * h) + 9 * h
+    layers = 1 if shared_layers else dims.get("num_layers", 1)
+    params = dims.get("vocab_size", 1) * e + dims.get("max_len", 1) * e + (e * h if e != h else 0) + layers * per_layer
+    estimate = 4 * params
+    limit = int(os.environ.get("TINYGLOT_MAX_MODEL_BYTES", MAX_MODEL_BYTES))
+    gib = estimate / 2**30
+    if estimate > limit:
+        raise TinyglotError(f"{where} describes a model of {params:,} parameters (about {gib:.1f} GiB in memory), "
+                            f"more than the {limit / 2**30:.1f} GiB tinyglot builds from a folder; nothing was built",
+                            "check the folder's config.json; for a real model this large set "
+                            "TINYGLOT_MAX_MODEL_BYTES (bytes)")
+    on_disk = sum(p.stat().st_size for p in weights if p.is_file())
+    if weights and on_disk and estimate > 2 * on_disk + (256 << 20):
+        raise TinyglotError(f"{where} describes a model of about {estimate / 1e6:,.0f} MB, but its weights hold only "
+                            f"{on_disk / 1e6:,.1f} MB; nothing was built",
+                            "re-create the model folder with tinyglot (its config does not match its weights)")
+    return estimate
+
+
+def check_transformers_folder(folder: Path, where: str | Path, expect: dict[str, object] | None = None) -> None:
+    """Bounds of a ``transformers`` model folder (``config.json`` + weights) inside a model folder, checked
+    before ``from_pretrained`` builds it: sizes within bounds, numbers finite, a pad id inside the
+    vocabulary, and the values ``expect`` names equal (type and value) to what the outer config says."""
+    cfg_path = folder / "config.json"
+    check_file_size(cfg_path, MAX_CONFIG_BYTES, "config.json")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return  # from_pretrained reports it
+    if not isinstance(cfg, dict):
+        return
+    shape = {"vocab_size": cfg.get("vocab_size"), "hidden_size": cfg.get("hidden_size"),
+             "num_layers": cfg.get("num_hidden_layers"), "num_heads": cfg.get("num_attention_heads"),
+             "ffn_size": cfg.get("intermediate_size"), "max_len": cfg.get("max_position_embeddings"),
+             "embedding_size": cfg.get("embedding_size")}
+    name = f"{where}/{folder.name}/config.json"
+    for key, want in (expect or {}).items():
+        if type(cfg.get(key)) is not type(want) or cfg.get(key) != want:
+            raise TinyglotError(f"{name}: {key} is {cfg.get(key)!r}, but the model's config.json says {want!r}",
+                                "re-create the model folder with tinyglot (one of its configs was edited)")
+    odd = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)]
+    pad, vocab = cfg.get("pad_token_id"), cfg.get("vocab_size")
+    if odd or (pad is not None and not (type(pad) is int and type(vocab) is int and 0 <= pad < vocab)):
+        raise TinyglotError(f"{name}: {', '.join(odd) or 'pad_token_id'} is {cfg[odd[0]] if odd else pad!r}",
+                            "re-create the model folder with tinyglot (its config is damaged)")
+    weights = [p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin")]
+    check_model_shape(name, shape,
+                      shared_layers=cfg.get("model_type") == "albert" and cfg.get("num_hidden_groups", 1) == 1,
+                      weights=weights)
+
+
+def model_subfolder(folder: str | Path, name: str) -> Path:
+    """``folder/name``, a folder of weights inside a model folder: it and every entry in it stay inside
+    ``folder`` (a symlinked folder or file pointing outside is refused, like a symlinked file)."""
+    sub = folder_file(folder, name, f"the {name!r} folder")
+    root = Path(folder).resolve()
+    if sub.is_dir():
+        for entry in sub.iterdir():
+            try:
+                inside = entry.resolve().is_relative_to(root)
+            except (OSError, RuntimeError):
+                inside = False
+            if not inside:
+                raise TinyglotError(f"{entry} is a link to outside the model folder {folder}",
+                                    "replace the link by the file itself")
+    return sub
+
+
 def read_model_config(path: str | Path) -> dict:
     """The ``config.json`` of a model folder (or the file itself) as a dict, else a clear error."""
     path = Path(path)
@@ -103,6 +199,7 @@ def read_model_config(path: str | Path) -> dict:
             f"no model found at {path} (expected a folder with config.json)",
             "pass a folder written by tinyglot (a teacher run, a student or an export bundle)",
         )
+    check_file_size(cfg_path, MAX_CONFIG_BYTES, "config.json")
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:

@@ -27,9 +27,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tinyglot.errors import TinyglotError
-from tinyglot.io import atomic_write_bytes
+from tinyglot.io import atomic_write_bytes, check_file_size
 from tinyglot.languages import normalize_lang
 
+MAX_TOKENIZER_BYTES = 64 << 20  # a SentencePiece model: a few MB even at 250k pieces
 PAD_ID = 0
 UNK_ID = 1
 _LANG_PIECE = re.compile(r"^<2([a-z]{2,3})>$")
@@ -157,6 +158,7 @@ class Tokenizer:
                 f"tokenizer file not found: {path}",
                 "pass a tokenizer.model file, or a run folder that contains one",
             )
+        check_file_size(path, MAX_TOKENIZER_BYTES, "SentencePiece tokenizer.model")
         return cls(path.read_bytes())
 
     def save(self, path: str | Path) -> Path:

@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_folder, atomic_write_json
-from tinyglot.models import TorchEncoder, load_folder_tokenizer, read_model_config
+from tinyglot.models import (TorchEncoder, check_transformers_folder, load_folder_tokenizer, model_subfolder,
+                             read_model_config)
 from tinyglot.registry import load_source, source_sha
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
@@ -57,10 +58,13 @@ def load_ms_model(path: str | Path) -> tuple[MSModel, Tokenizer, dict]:
                               "pass a folder written by `tinyglot distill --recipe multistage`")
     tokenizer = load_folder_tokenizer(path, cfg["tokenizer"], cfg.get("tokenizer_sha256"), "model", "trained",
                                       CheckpointError)
+    model_dir = model_subfolder(path, "model")
+    if model_dir.is_dir():
+        check_transformers_folder(model_dir, path)
     try:
-        encoder = AutoModel.from_pretrained(path / "model", add_pooling_layer=False, local_files_only=True)
+        encoder = AutoModel.from_pretrained(model_dir, add_pooling_layer=False, local_files_only=True)
         heads = load_file(str(path / HEADS_FILE))
-    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+    except (OSError, ValueError, RuntimeError, TypeError, AssertionError, SafetensorError) as exc:
         raise CheckpointError(f"the weights in {path} cannot be read ({exc})",
                               "re-create the folder (rerun the stage that wrote it)") from None
     if encoder.config.vocab_size != tokenizer.vocab_size:

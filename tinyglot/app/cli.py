@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tinyglot.console import make_console
 from tinyglot.errors import TinyglotError
+from tinyglot.quiet import configure, is_verbose, set_verbose
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -57,12 +59,41 @@ def print_and_save_result(result, json_path: Path | None) -> None:
 
 
 # ------------------------------------------------------------------ parser
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """The formatter of every ``tinyglot`` parser: an option's default is appended to its help, unless the
+    help already states it (it says "default") or there is nothing to state (None, a flag's False, an
+    empty list).  A list default is shown as the comma-separated text the option takes."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        if (not action.help or "default" in action.help.lower() or default is None or default is False
+                or default is argparse.SUPPRESS or (isinstance(default, (list, tuple)) and not default)
+                or not (action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE))):
+            return action.help
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{action.help} (default: {shown.replace('%', '%%')})"
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    """``parser`` and every subcommand's parser below it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tinyglot",
         description="Turn a multilingual sentence encoder into a small, fast on-device model.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log more detail")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log more detail, and show third-party warnings and output (converters, quantizers, "
+                             "runtimes) as they come; also TINYGLOT_VERBOSE=1")
+    parser.add_argument("--allow-unverified", action="store_true",
+                        help="open exported bundles that lack their integrity record (sha256 of files and config), "
+                             "with a warning; by default they are refused")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     from tinyglot.app.commands import bench, data, distill, export, run, teacher
@@ -70,28 +101,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     for command in (data, evaluate, teacher, distill, export, bench, run):
         command.register(sub)
+    # one formatter for every command, whatever its register() chose: defaults stated once, never "None"
+    for p in _parsers(parser):
+        p.formatter_class = HelpFormatter
     return parser
 
 
-# Loggers that print import-time noise a user cannot act on: torchao (pulled in by transformers when
-# litert-torch installed it) warns that there is no triton, and registers enums with torch's pytree,
-# which logs a deprecation warning per enum.
-NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
-
-
-def quiet_third_party_import_noise() -> None:
-    for name in NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
+def quiet_third_party_import_noise(verbose: bool = False) -> None:
+    """The quiet terminal of :mod:`tinyglot.quiet` (``import tinyglot`` applies it already), or with
+    ``verbose`` every third-party warning, log line and output, live."""
+    configure(True if verbose else None)
 
 
 def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.ArgumentParser]) -> int:
     parser = parser_factory()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+    verbose = bool(getattr(args, "verbose", False))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    quiet_third_party_import_noise()
+    was_verbose = is_verbose()
+    quiet_third_party_import_noise(verbose)
+    if getattr(args, "allow_unverified", False):
+        from tinyglot.export.bundle import ALLOW_UNVERIFIED
+
+        os.environ[ALLOW_UNVERIFIED] = "1"
     try:
         return int(args.func(args) or 0)
+    except MemoryError:
+        make_console(stderr=True).print("[bold red]error:[/] out of memory: the input, a batch size or a model folder "
+                                        "asks for more memory than this machine has\n  fix: use smaller inputs or "
+                                        "batches, or check the model folder's config.json", soft_wrap=True)
+        return EXIT_USER_ERROR
     except TinyglotError as exc:
         from rich.markup import escape
 
@@ -100,6 +140,9 @@ def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.Argume
     except KeyboardInterrupt:
         make_console(stderr=True).print("interrupted: checkpoints are intact; rerun with --resume to continue")
         return EXIT_INTERRUPTED
+    finally:
+        if verbose and not was_verbose:  # an in-process caller (a test) gets its quiet terminal back
+            set_verbose(False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

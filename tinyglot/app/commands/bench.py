@@ -3,19 +3,51 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from tinyglot.console import make_console
 
 
-def int_list(text: str) -> list[int]:
+def int_list(text: str, limit: int = 10**6) -> list[int]:
     try:
         values = [int(x) for x in str(text).replace(" ", "").split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    if not values or min(values) < 1 or max(values) > limit:
+        raise argparse.ArgumentTypeError(f"expected integers from 1 to {limit:,}, got {text!r}")
     return values
+
+
+def bounded_ints(limit: int):
+    """An argparse type: comma-separated integers from 1 to ``limit``."""
+    def parse(text: str) -> list[int]:
+        return int_list(text, limit)
+
+    parse.__name__ = "integer list"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number from 0 to 10**9."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= 10**9:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 1,000,000,000, got {text!r}")
+    return value
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -94,7 +126,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from tinyglot.devices.bench import DEFAULT_DB
+    from tinyglot.devices.bench import DEFAULT_DB, MAX_BATCH, MAX_SEQ, MAX_THREADS
 
     p.add_argument("--bundle", action="append", type=Path, default=[],
                    help="an exported bundle (onnx, tflite; onnx-text and tflite-mediapipe take raw text: "
@@ -103,15 +135,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "API on this host); repeat for more")
     p.add_argument("--device", default="host",
                    help="a profile name (tinyglot bench devices), a .toml file, ssh://user@host[:port] or adb[://SERIAL]")
-    p.add_argument("--threads", type=int_list, default=None, help="thread counts, e.g. 1,2,4 (default: the profile's)")
-    p.add_argument("--batch", type=int_list, default=[1], help="batch sizes (sentences per query), e.g. 1,32")
-    p.add_argument("--seq", type=int_list, default=[16, 32, 64, 128],
+    p.add_argument("--threads", type=bounded_ints(MAX_THREADS), default=None,
+                   help="thread counts, e.g. 1,2,4 (default: the profile's)")
+    p.add_argument("--batch", type=bounded_ints(MAX_BATCH), default=[1],
+                   help="batch sizes (sentences per query), e.g. 1,32")
+    p.add_argument("--seq", type=bounded_ints(MAX_SEQ), default=[16, 32, 64, 128],
                    help="sequence lengths in tokens (inputs padded/truncated to exactly this length)")
-    p.add_argument("--min-queries", type=int, default=1000, help="measured queries per combination, at least")
-    p.add_argument("--min-seconds", type=float, default=60.0, help="measured seconds per combination, at least")
-    p.add_argument("--max-seconds", type=float, default=600.0, help="stop a combination after this long anyway")
-    p.add_argument("--warmup", type=int, default=10, help="warm-up queries (at least)")
-    p.add_argument("--warmup-seconds", type=float, default=0.5, help="warm-up seconds (at least)")
+    p.add_argument("--min-queries", type=count, default=1000, help="measured queries per combination, at least")
+    p.add_argument("--min-seconds", type=seconds, default=60.0, help="measured seconds per combination, at least")
+    p.add_argument("--max-seconds", type=seconds, default=600.0, help="stop a combination after this long anyway")
+    p.add_argument("--warmup", type=count, default=10, help="warm-up queries (at least)")
+    p.add_argument("--warmup-seconds", type=seconds, default=0.5, help="warm-up seconds (at least)")
     p.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite file the measurements are added to")
     p.set_defaults(func=cmd_bench)
 
@@ -123,12 +157,10 @@ def register(sub) -> None:
         "bench", help="latency, throughput, memory and size of bundles per device and runtime",
         description="Benchmark bundles on a device: every threads x batch x seq combination in its own process "
                     "(warm-up, then at least --min-queries queries and --min-seconds), p50/p90/p99 latency, "
-                    "sentences/s, peak memory, load time and file size, stored in SQLite.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "sentences/s, peak memory, load time and file size, stored in SQLite.")
     add_arguments(p)
     bsub = p.add_subparsers(dest="bench_command", metavar="ACTION")
-    r = bsub.add_parser("report", help="Markdown tables and PNG plots from the benchmark database",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r = bsub.add_parser("report", help="Markdown tables and PNG plots from the benchmark database")
     r.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite file of the measurements")
     r.add_argument("--out", type=Path, default=Path("runs/bench/report"), help="folder for report.md and the PNGs")
     r.add_argument("--device", action="append", default=None, help="only this device (repeatable)")
@@ -136,7 +168,8 @@ def register(sub) -> None:
                    help="P@1 of each bundle: auto = parity.json/config.json/eval.json, else evaluate on the "
                         "embedded test set (cached in the database); files = never evaluate; eval = always "
                         "evaluate (the same test set for every bundle)")
-    r.add_argument("--eval-pairs", type=int, default=None, help="test pairs per language for that evaluation")
+    r.add_argument("--eval-pairs", type=int, default=None,
+                   help="test pairs per language for that evaluation (default: all of them)")
     r.set_defaults(func=cmd_report)
     d = bsub.add_parser("devices", help="the shipped device profiles and this host's CPU")
     d.set_defaults(func=cmd_devices)

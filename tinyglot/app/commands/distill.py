@@ -70,8 +70,11 @@ def cmd_distill(args: argparse.Namespace) -> int:
         raise TinyglotError("--assistant and --stages belong to --recipe multistage",
                             "add --recipe multistage, or drop them")
     from tinyglot.locks import run_lock
+    from tinyglot.outputs import legacy_if
 
-    with run_lock(distill_out(args), "tinyglot distill"):  # one run per folder (under torchrun: rank 0's)
+    # a new, empty or distillation run folder only; one run at a time (under torchrun: rank 0's)
+    legacy = legacy_if("report.json", "last.pt", "student", "stage1", "model", any_of=True)
+    with run_lock(distill_out(args), "tinyglot distill", "distill-run", legacy=legacy):
         report = _run_recipe(args, say)
     if not report:  # a data-parallel process other than rank 0: rank 0 reports
         return 0
@@ -89,10 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dim", type=int, default=128, help="target dimension of --recipe dimred")
     p.add_argument("--student", choices=sorted([*PRESETS, *MS_PRESETS]), default=None,
                    help="student preset; lealla (24-layer thin-deep BERT: small 128-d, base 192-d, large 256-d; "
-                        "default lealla-small), fast (shallow and wide, chosen by measured CPU speed: fast-mini 2 "
-                        "layers x 128, the pipeline's default for the ems-small teacher; fast-small 2 x 256 and "
+                        f"default {DEFAULT_STUDENT['lealla']}), fast (shallow and wide, chosen by measured CPU "
+                        "speed: fast-mini 2 layers x 128, the pipeline's default for the ems-small teacher; "
+                        "fast-small 2 x 256 and "
                         "fast-base 4 x 256 for strong teachers such as --teacher e5-small) or multistage (recurrent "
-                        "ALBERT with an embedding bottleneck; default ms-small)")
+                        f"ALBERT with an embedding bottleneck; default {DEFAULT_STUDENT['multistage']})")
     p.add_argument("--teacher", default=None,
                    help="a tinyglot teacher run, a TF Hub SavedModel folder, a sentence-transformers or "
                         "transformers folder, pypi:DIST, python:module:callable, or a peer by name: e5-small "
@@ -108,11 +112,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "output is complete is skipped, an interrupted one resumes from its last.pt)")
     p.add_argument("--data", type=Path, default=None, help="parallel corpus (default: the embedded corpus)")
     p.add_argument("--test-data", type=Path, default=None, help="test set for the report (default: embedded)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default: runs/distill/STUDENT)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="run folder (default: runs/distill/STUDENT; --recipe dimred: runs/distill/dimred-DIM)")
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/last.pt (multistage resumes each stage by itself)")
     p.add_argument("--cache-dir", type=Path, default=None,
-                   help="teacher-embedding cache (default: $TINYGLOT_HOME/teacher-cache, ~/.cache/tinyglot)")
+                   help="teacher-embedding cache (default: $TINYGLOT_HOME/teacher-cache; TINYGLOT_HOME defaults to "
+                        "~/.cache/tinyglot)")
     p.add_argument("--vocab-size", type=int, default=8000,
                    help="size of a new SentencePiece vocabulary when the teacher brings none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to metrics.jsonl)")
@@ -124,8 +130,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "distill", help="compress a teacher into a small student (LEALLA or multi-stage)",
         description="LEALLA distillation: AMS + feature + logit distillation into a thin-deep student. "
-                    "With no arguments: the cached ems-small teacher, the embedded corpus, lealla-small. "
+                    "With no arguments: the cached ems-small teacher, the embedded corpus, "
+                    f"{DEFAULT_STUDENT['lealla']}. "
                     "--recipe multistage: an (English) teacher, a multilingual assistant and a recurrent "
-                    "ALBERT student, four resumable stages (Ding et al., Findings of NAACL 2022).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "ALBERT student, four resumable stages (Ding et al., Findings of NAACL 2022).")
     add_arguments(p)

@@ -62,8 +62,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from tinyglot.export.bundle import human_size
 
-    if args.threads < 1:
-        raise TinyglotError(f"--threads must be >= 1, got {args.threads}")
+    from tinyglot.config import MAX_THREADS
+
+    if not 1 <= args.threads <= MAX_THREADS:
+        raise TinyglotError(f"--threads must be from 1 to {MAX_THREADS}, got {args.threads}")
     if args.max_sentences < 1:
         raise TinyglotError(f"--max-sentences must be >= 1, got {args.max_sentences}")
     console = make_console()
@@ -101,9 +103,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         kwargs = dict(common, quantization=args.quantize)
     else:  # pragma: no cover - argparse restricts the choices
         raise TinyglotError(f"unknown format {args.format!r}", f"choose one of: {', '.join(FORMATS)}")
+    from tinyglot.export.bundle import BUNDLE_KIND, legacy_bundle_files
     from tinyglot.locks import run_lock
 
-    with run_lock(out, "tinyglot export"):  # one export per folder; leftovers of a killed one are removed
+    # a new, empty or bundle folder only (checked before anything is written); one export at a time
+    with run_lock(out, "tinyglot export", BUNDLE_KIND, legacy=legacy_bundle_files, exclusive=True):
         result, pruning = _export(args, out, kwargs, say)
     console.print(result.parity.to_table())
     table = Table(title=f"bundle {result.out}")

@@ -22,8 +22,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         make_console().print_json(json.dumps(to_dict(preset)))
     from tinyglot.locks import run_lock
+    from tinyglot.outputs import legacy_if
 
-    with run_lock(args.out, "tinyglot teacher train"):  # one run per folder; a failed run leaves no empty folder
+    # a new, empty or teacher run folder only; one run at a time; a failed run leaves no empty folder
+    legacy = legacy_if("tokenizer.model", "metrics.jsonl")
+    with run_lock(args.out, "tinyglot teacher train", "teacher-run", legacy=legacy):
         result = train_teacher(preset, args.out, data=args.data, tokenizer=args.tokenizer,
                                preset_name=args.preset, resume=args.resume, progress=not args.no_progress)
     if os.environ.get("RANK", "0") != "0":
@@ -68,8 +71,7 @@ def register(sub) -> None:
     p = tsub.add_parser(
         "train", help="train a teacher (vocabulary first if no --tokenizer)",
         description="Train an EMS teacher. Presets: " + ", ".join(PRESETS) + ". Data-parallel: "
-                    "torchrun --nproc_per_node K -m tinyglot teacher train ...",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "torchrun --nproc_per_node K -m tinyglot teacher train ...")
     p.add_argument("--preset", choices=sorted(PRESETS), default="ems-small", help="model size and training recipe")
     p.add_argument("--data", type=Path, default=None, help="corpus file or folder (default: embedded corpus)")
     p.add_argument("--tokenizer", type=Path, default=None, help="existing tokenizer.model (default: train one)")

