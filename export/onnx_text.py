@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyglot.encoder import check_sentences
+from tinyglot.encoder import check_sentences, text_lengths
 from tinyglot.errors import TinyglotError
 from tinyglot.ortx import ortx_library_path, preload_ortx
 
@@ -197,14 +197,6 @@ def session_options(threads: int = 1):
     return so
 
 
-def raise_on_empty(sentences: Sequence[str], ids: np.ndarray, rows: Sequence[int] | np.ndarray) -> None:
-    """The Tokenizer's error for a sentence without tokens, found from the graph's ``input_ids``."""
-    for k, row in enumerate(rows):
-        if not np.any(ids[k] != 0):
-            raise TinyglotError(f"sentence #{row} is empty (or only whitespace): {sentences[row]!r}",
-                                "drop empty strings before encoding")
-
-
 class OnnxTextEncoder:
     """``Encoder`` over a string-in ONNX file: strings go into the graph as they are."""
 
@@ -233,15 +225,14 @@ class OnnxTextEncoder:
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         from tinyglot.encoder import encode_by_length
 
-        texts = check_sentences(sentences, blank_ok=True)
+        texts = check_sentences(sentences)
 
         def run(rows: np.ndarray) -> np.ndarray:
             emb, ids = self.run_texts([texts[i] for i in rows])
-            raise_on_empty(texts, ids, rows)
-            return emb
+            return np.where(np.any(ids != 0, axis=1, keepdims=True), emb, 0.0)  # no tokens: the zero vector
 
         # sorted by characters: the graph pads each batch to its longest sentence
-        return encode_by_length([len(s) for s in texts], batch_size, run)
+        return encode_by_length(text_lengths(texts), batch_size, run)
 
 
 def load_onnx_text_bundle(path: str | Path, threads: int = 1, **_: Any) -> OnnxTextEncoder:

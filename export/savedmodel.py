@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tinyglot.encoder import check_sentences, encode_by_length
+from tinyglot.encoder import check_sentences, encode_by_length, text_lengths
 from tinyglot.errors import TinyglotError
 from tinyglot.registry import KINDS
 
@@ -253,7 +253,7 @@ class SavedModelEncoder:
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         sentences = check_sentences(sentences)
-        return encode_by_length([len(s) for s in sentences], batch_size,
+        return encode_by_length(text_lengths(sentences), batch_size,
                                 lambda rows: self.embed_strings([sentences[i] for i in rows]))
 
 

@@ -419,15 +419,11 @@ class TFLiteEncoder:
         """:func:`~tinyglot.encoder.encode_token_batches`, but sub-batched by what a row costs here:
         its sequence bucket (a run pads every row to the bucket of its longest), so rows of one
         bucket share runs and no row runs in a larger bucket than its own."""
-        from tinyglot.encoder import check_sentences, encode_by_length
+        from tinyglot.encoder import check_sentences, encode_by_length, token_batch_runner
 
-        ids = self.tokenizer.encode_ids(check_sentences(sentences), self.max_len)
-
-        def run(rows: np.ndarray) -> np.ndarray:
-            batch = self.tokenizer.pad([ids[i] for i in rows], self.max_len)
-            return self.run_batch(batch.ids, batch.mask)
-
-        return encode_by_length([self.bucket_for(len(x)) for x in ids], batch_size, run)
+        ids = self.tokenizer.encode_ids(check_sentences(sentences), self.max_len, allow_empty=True)
+        lengths = [self.bucket_for(len(x)) if x else 0 for x in ids]  # no tokens: a zero row
+        return encode_by_length(lengths, batch_size, token_batch_runner(self, ids))
 
 
 def load_tflite_bundle(path: str | Path, threads: int = 1, **_: Any) -> TFLiteEncoder:

@@ -247,14 +247,11 @@ class MediaPipeTextEncoder:
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         from tinyglot.encoder import check_sentences
 
-        texts = check_sentences(sentences, blank_ok=True)
+        texts = check_sentences(sentences)
         rows = []
-        for i, text in enumerate(texts):
+        for text in texts:
             emb, ids = self.run_text(text)
-            if not ids:
-                raise TinyglotError(f"sentence #{i} is empty (or only whitespace): {text!r}",
-                                    "drop empty strings before encoding")
-            rows.append(emb)
+            rows.append(emb if ids else np.zeros_like(emb))  # no tokens: the zero vector, as the graph gives
         return np.stack(rows).astype(np.float32)
 
     def close(self) -> None:

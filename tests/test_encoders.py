@@ -524,7 +524,8 @@ def test_tfidf_and_tinyglot_folders_resolve_like_before(student_dir):
 
 
 @pytest.mark.parametrize("bad, message", [("one string", "list of sentences"), ([], "no sentences"),
-                                          (["ok", 3], "sentence #1 is a int"), (["ok", "  "], "sentence #1 is empty")])
+                                          (["ok", 3], "sentence #1 is a int"),
+                                          (["ok", "a\0b"], "sentence #1 contains a NUL")])
 def test_one_input_check_for_every_encoder(student_dir, bad, message, monkeypatch):
     """The same input check and message from a tinyglot model, its adapter and the python: adapter."""
     import tinyglot

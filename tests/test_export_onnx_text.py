@@ -97,12 +97,16 @@ def test_encode_matches_torch_and_batches_do_not_matter(fp32_bundle, student_dir
 def test_bad_input_same_errors_as_the_torch_student(fp32_bundle, student_dir):
     torch_enc = tinyglot.load(student_dir)
     enc = tinyglot.load(fp32_bundle.out)
-    for bad in ([], ["ok", 3], "one string", ["ok", "  \u200b "]):
+    for bad in ([], ["ok", 3], "one string", ["ok", "a\0b"], ["\ud800"]):
         with pytest.raises(TinyglotError) as want:
             torch_enc.encode(bad)
         with pytest.raises(TinyglotError) as got:
             enc.encode(bad)
         assert got.value.problem == want.value.problem
+    # no tokens (blank, or only a zero-width space): the zero vector in both, the other rows unchanged
+    for encoder in (torch_enc, enc):
+        rows = encoder.encode(["ok", "  \u200b ", ""])
+        assert np.abs(rows[1:]).max() == 0.0 and np.abs(rows[0]).max() > 0
     # in the graph: an empty batch gives (0, dim); a 1 MB sentence is truncated, not a crash
     emb, _ = enc.run_texts([])
     assert emb.shape == (0, 32)

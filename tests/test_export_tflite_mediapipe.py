@@ -95,12 +95,16 @@ def test_bad_input_same_errors_as_the_torch_student(mp_bundle, student_dir):
     torch_enc = tinyglot.load(student_dir)
     enc = tinyglot.load(mp_bundle.out)
     try:
-        for bad in ([], ["ok", 3], "one string", ["ok", "  \u200b "]):
+        for bad in ([], ["ok", 3], "one string", ["ok", "a\0b"], ["\ud800"]):
             with pytest.raises(TinyglotError) as want:
                 torch_enc.encode(bad)
             with pytest.raises(TinyglotError) as got:
                 enc.encode(bad)
             assert got.value.problem == want.value.problem
+        # no tokens (blank, or only a zero-width space): the zero vector in both, the other rows unchanged
+        for encoder in (torch_enc, enc):
+            rows = encoder.encode(["ok", "  \u200b ", ""])
+            assert np.abs(rows[1:]).max() == 0.0 and np.abs(rows[0]).max() > 0
         big = enc.encode(["long " * 200_000])  # 1 MB: truncated by MediaPipe, not a crash
         assert big.shape == (1, 32) and np.isfinite(big).all()
     finally:

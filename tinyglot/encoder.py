@@ -43,9 +43,18 @@ class TokenBatchRunner(Protocol):
     def run_batch(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
 
 
-def check_sentences(sentences: Sequence[str], blank_ok: bool = False) -> list[str]:
-    """The input check of every ``encode``: a non-empty list of non-blank strings, else a clear error.
-    ``blank_ok``: blank strings pass (a tokenizer inside the graph reports a sentence without tokens)."""
+def is_blank(sentence: str) -> bool:
+    """A sentence without text: empty, or only whitespace.  Every tinyglot encoder embeds it (and any
+    sentence its tokenizer turns into no tokens) as the zero vector, as the raw-string bundles' graphs
+    do in the stock runtimes: a row that is no nearer to anything than anything else."""
+    return not sentence.strip()
+
+
+def check_sentences(sentences: Sequence[str], strict: bool = False) -> list[str]:
+    """The input check of every ``encode``: a non-empty list of strings, without NUL characters or lone
+    surrogates, else a clear error.  Blank strings pass (they embed as the zero vector, see
+    :func:`is_blank`); ``strict``: a blank string is an error too (call it before ``encode`` to refuse
+    them: ``check_sentences(batch, strict=True)``)."""
     if isinstance(sentences, str):
         raise TinyglotError("encode() takes a list of sentences, got one string", "wrap it: [sentence]")
     sentences = list(sentences)
@@ -54,9 +63,10 @@ def check_sentences(sentences: Sequence[str], blank_ok: bool = False) -> list[st
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise TinyglotError(f"sentence #{i} is a {type(sentence).__name__}, not a string", "pass a list of str")
-        if not blank_ok and not sentence.strip():
+        if strict and not sentence.strip():
             raise TinyglotError(f"sentence #{i} is empty (or only whitespace): {sentence!r}",
-                                "drop empty strings before encoding")
+                                "drop empty strings before encoding, or encode without strict checks (a blank "
+                                "sentence embeds as the zero vector)")
         if not sentence.isascii():
             _check_unicode(i, sentence)
         elif "\0" in sentence:
@@ -121,37 +131,60 @@ def encode_by_length(lengths: Sequence[int], batch_size: int,
     """Run ``run(rows)`` on sub-batches of item indices of similar length (:func:`length_batches`:
     at most ``batch_size`` rows, padding bounded by :data:`PADDING_BUDGET`, so a call of mixed
     lengths costs about what its sentences cost one by one) and return the float32 outputs in the
-    original order.  Shared by every encoder implementation."""
-    out: np.ndarray | None = None
-    for rows in length_batches(lengths, batch_size):
-        emb = np.asarray(run(rows), dtype=np.float32)
-        if out is None:
-            out = np.zeros((len(lengths), emb.shape[1]), dtype=np.float32)
-        out[rows] = emb
-    if out is None:
+    original order.  Shared by every encoder implementation.
+
+    An item of length 0 (a blank sentence, or one without tokens) is not run: its row is the zero
+    vector.  When every item is blank, ``run`` sees the first one once, for the width."""
+    if not len(lengths):
         raise TinyglotError("encode() got no sentences", "pass at least one sentence")
+    kept = [i for i, n in enumerate(lengths) if n > 0]
+    out: np.ndarray | None = None
+    if kept:
+        for part in length_batches([lengths[i] for i in kept], batch_size):
+            rows = np.asarray(kept)[part]
+            emb = np.asarray(run(rows), dtype=np.float32)
+            if out is None:
+                out = np.zeros((len(lengths), emb.shape[1]), dtype=np.float32)
+            out[rows] = emb
+    else:
+        width = np.asarray(run(np.zeros(1, dtype=np.int64)), dtype=np.float32).shape[1]
+        out = np.zeros((len(lengths), width), dtype=np.float32)
+    assert out is not None
     return out
 
 
 def encode_texts(sentences: Sequence[str], batch_size: int, run: Callable[[list[str]], np.ndarray]) -> np.ndarray:
     """``encode`` for models fed strings: the input check, then ``run(batch_of_texts)`` on
-    length-sorted batches; rows come back in input order as float32."""
+    length-sorted batches; rows come back in input order as float32 (blank sentences: zero rows)."""
     texts = check_sentences(sentences)
-    return encode_by_length([len(s) for s in texts], batch_size, lambda rows: run([texts[i] for i in rows]))
+    return encode_by_length(text_lengths(texts), batch_size, lambda rows: run([texts[i] for i in rows]))
+
+
+def text_lengths(texts: Sequence[str]) -> list[int]:
+    """What a string-fed model's row costs, in characters; 0 for a blank sentence (a zero row)."""
+    return [0 if is_blank(s) else len(s) for s in texts]
 
 
 def encode_token_batches(encoder: TokenBatchRunner, sentences: Sequence[str], batch_size: int) -> np.ndarray:
     """``encode`` for models fed token ids (``encoder.run_batch(ids, mask)``): the input check, the
-    tokenizer's ids truncated to ``max_len``, length-sorted batches, rows in input order."""
+    tokenizer's ids truncated to ``max_len``, length-sorted batches, rows in input order (a sentence
+    without tokens: a zero row)."""
     texts = check_sentences(sentences)
     tokenizer = encoder.tokenizer
-    ids = tokenizer.encode_ids(texts, encoder.max_len)
+    ids = tokenizer.encode_ids(texts, encoder.max_len, allow_empty=True)
+    return encode_by_length([len(x) for x in ids], batch_size, token_batch_runner(encoder, ids))
+
+
+def token_batch_runner(encoder: TokenBatchRunner, ids: Sequence[Sequence[int]]) -> Callable[[np.ndarray], np.ndarray]:
+    """``run(rows)`` for :func:`encode_by_length`: the rows' ids padded and fed to ``encoder.run_batch``
+    (a row without ids, run only for the width when every sentence is blank, gets the unknown piece)."""
+    from tinyglot.tokenizer import UNK_ID
 
     def run(rows: np.ndarray) -> np.ndarray:
-        batch = tokenizer.pad([ids[i] for i in rows], encoder.max_len)
+        batch = encoder.tokenizer.pad([list(ids[i]) or [UNK_ID] for i in rows], encoder.max_len)
         return encoder.run_batch(batch.ids, batch.mask)
 
-    return encode_by_length([len(x) for x in ids], batch_size, run)
+    return run
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:

@@ -217,8 +217,9 @@ class Tokenizer:
         """Ids of one sentence, without padding or truncation."""
         return list(self._sp.EncodeAsIds(sentence))
 
-    def encode_ids(self, sentences: Sequence[str], max_len: int) -> list[list[int]]:
-        """Ids per sentence, truncated to ``max_len``.  Empty sentences are an error."""
+    def encode_ids(self, sentences: Sequence[str], max_len: int, allow_empty: bool = False) -> list[list[int]]:
+        """Ids per sentence, truncated to ``max_len``.  A sentence without ids is an error, unless
+        ``allow_empty`` (then its list is empty: encoders embed it as the zero vector)."""
         if max_len < 1:
             raise TinyglotError(f"max_len must be >= 1, got {max_len}")
         out: list[list[int]] = []
@@ -231,7 +232,7 @@ class Tokenizer:
                     f"sentence #{i} is a {type(sentence).__name__}, not a string", "pass a list of str"
                 )
             ids = self._sp.EncodeAsIds(sentence)[:max_len]
-            if not ids:
+            if not ids and not allow_empty:
                 raise TinyglotError(
                     f"sentence #{i} is empty (or only whitespace): {sentence!r}",
                     "drop empty strings before encoding",
