@@ -7,6 +7,7 @@ a different configuration, the warm-up/decay schedule, a JSONL metrics log and a
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -155,26 +156,64 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def limit_allocator_growth() -> bool:
-    """Stop glibc's heap from growing without bound during training (Linux only).
+# glibc malloc settings for training (see limit_allocator_growth); the mallopt parameter numbers are
+# glibc's M_TRIM_THRESHOLD and M_MMAP_THRESHOLD.
+MMAP_THRESHOLD = 8 << 20
+TRIM_THRESHOLD = 8 << 20
+TRIM_EVERY = 50  # training steps between two release_free_memory() calls
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
-    Length-bucketed batches allocate tensors of ever-changing sizes; glibc's adaptive mmap threshold
-    then keeps freed blocks in the heap and the process grows by megabytes per step.  A fixed 128 KiB
-    mmap/trim threshold returns large blocks to the OS, and memory then plateaus.  Returns True if
-    applied.
-    """
+
+@functools.cache
+def _glibc() -> Any:
+    """The C library when it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
     import ctypes
     import ctypes.util
-    import sys
 
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 131072)) and bool(libc.mallopt(m_trim_threshold, 131072))
-    except (OSError, AttributeError):  # musl or another libc without mallopt
+    except OSError:
+        return None
+    # musl and other libcs lack one or both
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def limit_allocator_growth() -> bool:
+    """Keep the training process's memory flat without mapping and unmapping memory at each step.
+
+    Length-bucketed batches allocate tensors of ever-changing sizes.  glibc's default, adaptive
+    mmap threshold keeps freed blocks in the heap, and a long run grew (an ems-small run passed
+    4.7 GB after 700 steps).  The earlier fix, a 128 KiB mmap and trim threshold, mapped and
+    unmapped every tensor above 128 KiB at every step: 30 % of the time went to the kernel in page
+    faults (issue #25).  Now blocks up to ``MMAP_THRESHOLD`` (8 MiB) come from the heap, where the
+    next steps reuse them; only the largest activations are still mapped.  A higher threshold
+    saves little more system time but raises the peak: the heap keeps one batch's freed blocks,
+    which the next, longer batch does not fit into (README, "Memory on the CPU").  What the heap
+    keeps free is returned to the OS here (what data preparation left behind) and every
+    ``TRIM_EVERY`` steps by :func:`release_free_memory`, which bounds the resident size if the heap
+    fragments over a long run.  Returns True if applied (glibc on Linux).
+    """
+    libc = _glibc()
+    if libc is None:
         return False
+    applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    libc.malloc_trim(0)
+    return applied
+
+
+def release_free_memory() -> bool:
+    """Return the free pages of every malloc arena to the OS (glibc's ``malloc_trim(0)``).
+
+    Costs one page fault per page the next step touches again, so it is called every
+    ``TRIM_EVERY`` steps, not at each.  Returns True if called (glibc on Linux)."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
 
 
 # ------------------------------------------------------------------ seeding and RNG state

@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import torch
 
-from tinyglot.config import validate_positive
+from tinyglot.config import MAX_BATCH, MAX_THREADS, validate_at_most, validate_positive
 from tinyglot.distributed import DistContext
 from tinyglot.errors import TinyglotError
-from tinyglot.training import (MetricsLog, Progress, amp_dtype, autocast, limit_allocator_growth,
-                               load_checkpoint, rng_state, save_checkpoint, set_rng_state,
+from tinyglot.training import (TRIM_EVERY, MetricsLog, Progress, amp_dtype, autocast, limit_allocator_growth,
+                               load_checkpoint, release_free_memory, rng_state, save_checkpoint, set_rng_state,
                                warmup_linear_decay)
 
 log = logging.getLogger("tinyglot.train")
@@ -68,6 +68,8 @@ class TrainSettings:
 
     def validate(self) -> None:
         validate_positive(self, self.POSITIVE, "train")
+        validate_at_most(self, {"threads": MAX_THREADS, "batch_size": MAX_BATCH, "dev_pairs_per_lang": MAX_BATCH},
+                         "train")
         if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
             raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
         if self.token_cache not in self.TOKEN_CACHE:
@@ -169,6 +171,8 @@ class TrainLoop:
                     self._evaluate(evaluate)
                 if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                     self.save()
+                if self.step % TRIM_EVERY == 0:
+                    release_free_memory()
                 if on_step is not None:
                     on_step(self.step)
         return LoopResult(self.step, time.time() - t0, self.best, last_loss)
