@@ -61,7 +61,7 @@ def _torch_bytes(encoder, folder: Path) -> int:
 def model_kind(spec: str) -> str:
     """The ``kind`` :func:`load_model` takes for a bare spec: ``peer`` (a peer name or ``peer:NAME``),
     ``onnx`` (a tinyglot folder whose loader takes a thread count: the exported bundles), ``torch``
-    (another tinyglot folder), else ``spec`` (anything :func:`tinyglot.encoders.load_encoder` resolves)."""
+    (another tinyglot folder), else ``spec`` (anything :func:`tinyglot.load` opens)."""
     import inspect
 
     from tinyglot.encoders import PEERS
@@ -90,16 +90,14 @@ def load_model(kind: str, spec: str, threads: int):
         return enc, enc.size_bytes()
     import torch
 
+    import tinyglot
     from tinyglot.io import folder_bytes
-    from tinyglot.models import load_encoder
 
     torch.set_num_threads(threads)
     folder = Path(spec)
     if kind == "spec":
-        from tinyglot.encoders import load_encoder as resolve
-
-        return resolve(spec), folder_bytes(folder) if folder.is_dir() else 0
-    enc = load_encoder(folder, **({"threads": threads} if kind in ("onnx", "tflite") else {}))
+        return tinyglot.load(spec), folder_bytes(folder) if folder.is_dir() else 0
+    enc = tinyglot.load(folder, **({"threads": threads} if kind in ("onnx", "tflite") else {}))
     size = _torch_bytes(enc, folder) if kind in ("torch", "teacher") else folder_bytes(folder)
     return enc, size
 

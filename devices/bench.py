@@ -31,7 +31,7 @@ from tinyglot.config import MAX_THREADS as CORE_MAX_THREADS
 from tinyglot.errors import TinyglotError
 from tinyglot.locks import file_lock
 
-from .bench_inputs import BUNDLE_RUNTIMES, PROFILE_RUNTIME, STRING_RUNTIMES, BenchModel, bench_sentences, \
+from .bench_inputs import PROFILE_RUNTIME, STRING_RUNTIMES, BenchModel, bench_sentences, \
     build_inputs, resolve_model, tokenisation_label
 from .bench_output import benchmark_model_result, parse_benchmark_model
 from .bench_store import COLUMNS, DEFAULT_DB, connect, insert_measurement, read_measurements
@@ -186,7 +186,7 @@ def _row(profile: DeviceProfile, m: BenchModel, r: dict, host: dict, version: st
     }
 
 
-__all__ = ["BUNDLE_RUNTIMES", "COLUMNS", "DEFAULT_DB", "STRING_RUNTIMES", "AdbTarget", "BenchModel", "BenchRun",
+__all__ = ["COLUMNS", "DEFAULT_DB", "STRING_RUNTIMES", "AdbTarget", "BenchModel", "BenchRun",
            "LocalTarget", "SshTarget", "bench_sentences", "benchmark_model_result", "build_inputs", "connect",
            "insert_measurement", "parse_benchmark_model", "read_measurements", "resolve_model", "run_bench",
            "tflite_signature", "tokenisation_label"]

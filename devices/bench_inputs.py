@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.export.formats import bundle_runtimes
 
 N_SENTENCES = 256  # distinct real sentences per sequence length fed to the runner
 
@@ -52,9 +53,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-# bundle format -> runner runtime; the string-in ones (tokenisation inside the measured call) run where
-# the device profile lists their base runtime (PROFILE_RUNTIME)
-BUNDLE_RUNTIMES = {"onnx": "onnx", "tflite": "tflite", "onnx-text": "onnx-text", "tflite-mediapipe": "mediapipe"}
+# bundle format -> runner runtime: each format's record says (tinyglot.export.formats.bundle_runtimes); the
+# string-in ones (tokenisation inside the measured call) run where the device profile lists their base
+# runtime (PROFILE_RUNTIME)
 PROFILE_RUNTIME = {"onnx-text": "onnx", "mediapipe": "tflite", "peer": "torch"}  # peers run in the host's Python
 STRING_RUNTIMES = ("onnx-text", "mediapipe", "peer")
 
@@ -79,14 +80,15 @@ def resolve_model(path: str | Path) -> BenchModel:
 
         read_bundle(path)
         fmt = cfg.get("format", "")
-        if fmt not in BUNDLE_RUNTIMES:
-            raise TinyglotError(f"{path} is a {fmt!r} bundle; tinyglot bench runs {', '.join(BUNDLE_RUNTIMES)} "
+        runtimes = bundle_runtimes()
+        if fmt not in runtimes:
+            raise TinyglotError(f"{path} is a {fmt!r} bundle; tinyglot bench runs {', '.join(runtimes)} "
                                 "bundles", "export one of those, or bench the student folder (torch)")
         files = cfg.get("files") or []
         model = path / next((f for f in files if f.endswith("." + fmt.split("-")[0])), files[0])
         q = cfg.get("quantization") or {}
         quant = (q.get("name") or q.get("mode") or "none") if isinstance(q, dict) else str(q)
-        return BenchModel(path, path.name, BUNDLE_RUNTIMES[fmt], fmt, quant, model, model.stat().st_size,
+        return BenchModel(path, path.name, runtimes[fmt], fmt, quant, model, model.stat().st_size,
                           _sha256(model), int(cfg.get("max_len", 512)), cfg)
     from tinyglot.registry import KINDS, source_sha, source_size
 

@@ -66,7 +66,7 @@ class LossConfig:
     # beta grows linearly from 0 to its value over the first fd_warmup_steps steps (0: constant, the
     # paper's). For short runs: gradients are clipped to norm 1, so while beta * L_fd is ~40x L_ams
     # the update direction is almost all L_fd. Measured at 150 steps it helps (61.6 -> 67.2 test
-    # P@1), a smaller beta helps more (beta 10: 82.1; see README, stage 2).
+    # P@1), a smaller beta helps more (beta 10: 82.1; see docs/results.md, stage 2).
     fd_warmup_steps: int = 0
     # What L_fd and L_ld compare the student with: "pair" = the teacher's embedding of each side (the
     # paper's); "english" = the teacher's embedding of the English side for both sides, so the teacher
@@ -142,7 +142,7 @@ def _tiny() -> DistillPreset:
 
 def _fast(layers: int, hidden: int, heads: int, ffn: int, max_steps: int = 2000) -> DistillPreset:
     # Shallow and wide rather than thin and deep: on CPUs every layer is a sequential step, so for the
-    # same compute fewer, wider layers run faster (measured: benchmarks/shapes.py, README "Student
+    # same compute fewer, wider layers run faster (measured: benchmarks/shapes.py, docs/results.md "Student
     # shapes").  beta 10 and English targets (loss.fd_target) suit strong, slow teachers.
     return DistillPreset(StudentConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, ffn_size=ffn,
                                        max_len=128),

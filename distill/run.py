@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tinyglot.config import tinyglot_home
 from tinyglot.data.embedded import load_pairs, load_testset
-from tinyglot.evaluation import BitextResult, evaluate_bitext
+from tinyglot.evaluation import BitextResult, evaluate_all
 from tinyglot.io import atomic_write_json, atomic_write_text, folder_bytes
 from tinyglot.models import read_model_config
 from tinyglot.teacher.default import ensure_default_teacher
@@ -81,8 +81,8 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
                           cache_dir or tinyglot_home() / "teacher-cache", steps=steps, progress=progress)
     testset = load_testset(test_data)
     name = str(test_data or "embedded test set")
-    results = [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in
-               (("student", load_dimred(folder)), ("teacher", teacher_enc), ("tfidf", tfidf_baseline()))]
+    results = evaluate_all([("student", load_dimred(folder)), ("teacher", teacher_enc), ("tfidf", tfidf_baseline())],
+                              testset, name, progress=progress, say=say)
     info = {"preset": f"dimred-{dim}", "teacher": teacher_spec, "student_dim": dim,
             "teacher_dim": teacher_enc.dim, "student_parameters": {"dense": teacher_enc.dim * dim + dim},
             "student_bytes": (folder / "dense.pt").stat().st_size, "trained_steps": steps,
@@ -132,9 +132,9 @@ def run_distill(student: str = "lealla-small", teacher: str | None = None, data:
     name = str(test_data or "embedded test set")
     from tinyglot.encoders import tfidf_baseline
 
-    results = [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in
-               (("student", load_student(result.student_dir, device=str(trainer.device))), ("teacher", teacher_enc),
-                ("tfidf", tfidf_baseline()))]
+    results = evaluate_all([("student", load_student(result.student_dir, device=str(trainer.device))),
+                               ("teacher", teacher_enc), ("tfidf", tfidf_baseline())], testset, name,
+                              progress=progress, say=say)
     cfg = read_model_config(result.student_dir)
     info = {"preset": student, "teacher": teacher_spec, "student_dim": cfg["dim"],
             "teacher_dim": trainer.teacher_dim, "student_parameters": cfg["parameters"],

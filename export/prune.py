@@ -42,6 +42,8 @@ import numpy as np
 from tinyglot.errors import TinyglotError
 from tinyglot.io import atomic_write_json
 
+from .formats import get_format
+
 MAX_P1_DROP = 0.5
 WORD_BOUNDARY = "\u2581"  # ▁
 # SentencePiece ModelProto.SentencePiece.Type
@@ -362,31 +364,15 @@ def prune_and_export(source: str | Path, out: str | Path, fmt: str = "onnx", *, 
     bundle), export the pruned student as ``fmt`` into ``out``; returns ``(ExportResult, PruneResult)``."""
     out = Path(out)
     student_out = Path(student_out) if student_out else out.resolve().parent / f"{out.resolve().name}-student"
+    record = get_format(fmt)  # an unknown format fails before the pruning
     result = prune_student(source, student_out, languages, corpus, say=say, **(prune_kwargs or {}))
     extra = {"pruning": result.to_dict()}
-    if fmt == "onnx":
-        from .onnx import export_onnx
-
-        quant = export_kwargs.pop("quantization", None)
-        exported = export_onnx(student_out, out, quant, say=say, **export_kwargs)
-        exported.config.update(extra)  # the files get it from add_pruning_report below
-    elif fmt == "tflite":
-        from .tflite import export_tflite
-
-        exported = export_tflite(student_out, out, say=say, extra_config=extra, **export_kwargs)
-    elif fmt == "savedmodel":
-        from .savedmodel import export_savedmodel
-
-        exported = export_savedmodel(student_out, out, say=say, extra_config=extra, **export_kwargs)
-    elif fmt in ("onnx-text", "tflite-mediapipe"):
-        from .formats import export_string_bundle
-
-        quant = export_kwargs.pop("quantization", "none")
-        exported = export_string_bundle(fmt, student_out, out, quant, say=say, **export_kwargs)
-        exported.config.update(extra)
+    quant = export_kwargs.pop("quantization", "none")
+    if "extra_config" in record.options:
+        exported = record.export(student_out, out, quant, say=say, extra_config=extra, **export_kwargs)
     else:
-        raise TinyglotError(f"unknown format {fmt!r}",
-                            "choose one of: onnx, tflite, savedmodel, onnx-text, tflite-mediapipe")
+        exported = record.export(student_out, out, quant, say=say, **export_kwargs)
+        exported.config.update(extra)  # the files get it from add_pruning_report below
     add_pruning_report(out, result)
     return exported, result
 

@@ -77,7 +77,7 @@ def _paper() -> EMSPreset:
 
 def _small() -> EMSPreset:
     # Sized to train to a useful model on the embedded corpus on 2 CPU cores in well under an
-    # hour (measured numbers: benchmarks/teacher_throughput.py and the README).
+    # hour (measured numbers: benchmarks/teacher_throughput.py and docs/results.md).
     return EMSPreset(
         EMSModelConfig(vocab_size=8000, hidden_size=192, num_layers=3, num_heads=4, ffn_size=768),
         EMSTrainConfig(batch_size=128, lr=7e-4, warmup_steps=150, max_steps=1500,

@@ -284,7 +284,7 @@ def test_fast_preset_english_targets_and_output_projection(small_pairs, tiny_tea
 @pytest.mark.parametrize("name", ["fast-mini", "fast-small", "fast-base"])
 def test_fast_presets_are_shallow_and_train_at_tiny_width(name, small_pairs, tiny_teacher_dir, tmp_path):
     """Each named fast preset: its depth, English targets and no checkpointing, trained for a few steps
-    at a tiny width (the real widths train in the benchmarks and the README's runs)."""
+    at a tiny width (the real widths train in the benchmarks and docs/results.md)."""
     from tinyglot.distill.run import teacher_tokenizer
 
     real = get_preset(name)

@@ -384,3 +384,18 @@ def test_empty_testset_and_empty_language_raise() -> None:
         evaluate_bitext(LetterBagEncoder(), {}, testset_name="toy")
     with pytest.raises(TinyglotError, match="'xx'"):
         evaluate_bitext(LetterBagEncoder(), {**TESTSET, "xx": []})
+
+
+def test_evaluate_all_says_what_it_evaluates_and_shows_progress(student_dir, capsys, monkeypatch):
+    """Evaluating several models is never silent: a line per model and a progress line per language."""
+    import tinyglot
+    from tinyglot.data.embedded import load_testset
+    from tinyglot.evaluation import evaluate_all
+
+    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
+    testset = {lang: pairs[:20] for lang, pairs in list(load_testset().items())[:3]}
+    said: list[str] = []
+    results = evaluate_all([("student", tinyglot.load(student_dir))], testset, "tiny test", say=said.append)
+    assert [r.model for r in results] == ["student"] and len(results[0].rows) == 3
+    assert said == ["evaluating the student on tiny test (3 languages, 120 sentences)"]
+    assert "eval student: 3/3" in capsys.readouterr().out  # off a terminal: the plain progress line at the end

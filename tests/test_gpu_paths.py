@@ -102,7 +102,7 @@ def test_checkpointing_rule_threshold_and_bad_mode():
 
 def test_activation_estimate_of_lealla_small():
     # lealla-small's longest CPU batch (128 sentences x 120 tokens, both sides): measured 8.4 GB without
-    # checkpointing (README, stage 2); the estimate is of that order and grows linearly in tokens
+    # checkpointing (docs/distill.md, Memory); the estimate is of that order and grows linearly in tokens
     est = activation_bytes(2 * 128 * 120, 128, 24, 512, 8, 120)
     assert 2 * GB < est < 16 * GB
     assert activation_bytes(2000, 128, 24, 512, 8, 120) == 2 * activation_bytes(1000, 128, 24, 512, 8, 120)

@@ -13,7 +13,7 @@ from tinyglot.languages import KNOWN_LANGUAGES, lang_from_filename, language_nam
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
-# Every language code of the shipped training data (README: 131 languages).
+# Every language code of the shipped training data (131 languages).
 TRAIN_CODES = [
     "ab", "af", "am", "ar", "ast", "awa", "az", "ba", "bar", "be", "ber", "bg", "bn", "bo", "br", "bs", "ca", "cak",
     "ckb", "crh", "cs", "cv", "cy", "da", "de", "dsb", "dv", "dz", "el", "eo", "es", "et", "eu", "fa", "fi", "fil",

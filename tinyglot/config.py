@@ -135,7 +135,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise TinyglotError(f"{path} is not valid TOML: {exc}", "fix the file (see README for an example)") from None
+        raise TinyglotError(f"{path} is not valid TOML: {exc}",
+                            "fix the file (a run's OUT/config.toml is a complete example; docs/pipeline.md, "
+                            "Settings)") from None
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:

@@ -1,4 +1,5 @@
-"""Torch building blocks shared by every stage, and ``load_encoder`` for any model folder.
+"""Torch building blocks shared by every stage, and :func:`open_model_folder`, the step of :func:`tinyglot.load`
+that opens a tinyglot model folder.
 
 A model folder (a teacher run, a student, an exported bundle) holds a ``config.json`` whose
 ``"loader"`` names the function that opens it (``"module:function"``).  Model folders come from
@@ -301,7 +302,16 @@ def loader_function(loader: object, path: str | Path = "") -> Callable[..., Enco
 
 
 def load_encoder(path: str | Path, **kwargs) -> Encoder:
-    """Open a tinyglot model folder as an ``Encoder`` by calling the registered loader its config names."""
+    """Deprecated: use :func:`tinyglot.load`, which opens this and every other model the command line takes."""
+    import warnings
+
+    warnings.warn("tinyglot.models.load_encoder is deprecated: use tinyglot.load", DeprecationWarning, stacklevel=2)
+    return open_model_folder(path, **kwargs)
+
+
+def open_model_folder(path: str | Path, **kwargs) -> Encoder:
+    """Internal (call :func:`tinyglot.load`): open a tinyglot model folder as an ``Encoder`` by calling the
+    registered loader its config names with ``kwargs``."""
     func = loader_function(read_model_config(path).get("loader"), path)
     try:
         return func(Path(path), **kwargs)

@@ -107,7 +107,11 @@ def kind_of(path: str | Path, cfg: dict) -> ModelKind:
 
 def load_source(path: str | Path) -> tuple[Any, Any, dict]:
     """``(module with .embed(ids, mask), tokenizer, config)`` of any registered model folder; the
-    module is in eval mode on the CPU.  The stage that wrote the folder is imported only now."""
+    module is in eval mode on the CPU.  The stage that wrote the folder is imported only now.
+
+    Internal, for the stages that rebuild a model (export, pruning, the torch bench, the assistant): it
+    gives the bare torch module, not an ``Encoder``; to encode sentences, open a model with
+    :func:`tinyglot.load`."""
     path = Path(path)
     if not path.exists():
         raise TinyglotError(f"model not found: {path}", "pass a student folder (tinyglot distill) or a teacher run")

@@ -190,7 +190,7 @@ def limit_allocator_growth() -> bool:
     faults (issue #25).  Now blocks up to ``MMAP_THRESHOLD`` (8 MiB) come from the heap, where the
     next steps reuse them; only the largest activations are still mapped.  A higher threshold
     saves little more system time but raises the peak: the heap keeps one batch's freed blocks,
-    which the next, longer batch does not fit into (README, "Memory on the CPU").  What the heap
+    which the next, longer batch does not fit into (docs/design.md, "Memory on the CPU").  What the heap
     keeps free is returned to the OS here (what data preparation left behind) and every
     ``TRIM_EVERY`` steps by :func:`release_free_memory`, which bounds the resident size if the heap
     fragments over a long run.  Returns True if applied (glibc on Linux).

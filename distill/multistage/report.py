@@ -14,7 +14,7 @@ from tinyglot.config import to_dict
 from tinyglot.data import Pair
 from tinyglot.distributed import shutdown_distributed
 from tinyglot.encoder import Encoder
-from tinyglot.evaluation import BitextResult, evaluate_bitext
+from tinyglot.evaluation import BitextResult, evaluate_all
 from tinyglot.io import atomic_write_text, folder_bytes
 from tinyglot.models import TorchEncoder, read_model_config
 from tinyglot.training import select_device, training_device
@@ -45,7 +45,7 @@ def testset_sentences(testset: dict[str, list[Pair]]) -> list[str]:
 
 
 def evaluate_models(trainer: MultiStageTrainer, teacher, testset, name: str, cache_dir: Path,
-                    progress: bool) -> list[BitextResult]:
+                    progress: bool, say: Callable[[str], None] | None = None) -> list[BitextResult]:
     """P@1 on the test set of the student (last stage done), each stage's output, the assistant
     before and after stage 1, the teacher and TF-IDF; the torch models run on the training device."""
     device = str(trainer.device)
@@ -62,7 +62,7 @@ def evaluate_models(trainer: MultiStageTrainer, teacher, testset, name: str, cac
     models += [("student" if s == students[-1] else f"student-stage{s}", load_multistage(trainer.output(s), device))
                for s in students]
     models.append(("tfidf", tfidf_baseline()))
-    return [evaluate_bitext(enc, testset, model_name=label, testset_name=name) for label, enc in models]
+    return evaluate_all(models, testset, name, progress=progress, say=say)
 
 
 def load_assistant_encoder(path: Path, device: str = "cpu") -> TorchEncoder:
@@ -140,7 +140,7 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
     stage_rows = [(ran.get(s) or trainer.recorded(s)).to_dict() for s in STAGES
                   if s in ran or trainer.status(s) == "complete"]
     results = evaluate_models(trainer, teacher_enc, load_testset(test_data), str(test_data or "embedded test set"),
-                              cache, progress)
+                              cache, progress, say)
     final = next((Path(r["output"]) for r in reversed(stage_rows) if r["stage"] >= 2), None)
     cfg = read_model_config(final) if final else {}
     info = {"preset": student, "recipe": "multistage", "teacher": teacher_spec, "assistant": assistant_spec,

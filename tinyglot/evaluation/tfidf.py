@@ -109,7 +109,7 @@ FIT_PAIRS = 4000
 def fit_on_pairs(pairs: Sequence[Any], max_pairs: int = FIT_PAIRS) -> TfidfEncoder:
     """A :class:`TfidfEncoder` with its IDF fitted on both sides (``.x`` and ``.en``) of an every-k-th
     sample of ``pairs``, about ``max_pairs`` of them.  Deterministic; IDF weights need a sample, not the
-    whole corpus (the README's Evaluation section gives the measured difference)."""
+    whole corpus (docs/results.md, "The TF-IDF baseline", gives the measured difference)."""
     if max_pairs < 1:
         raise TinyglotError(f"max_pairs must be positive, got {max_pairs}")
     sample = list(pairs)[:: max(1, len(pairs) // max_pairs)]

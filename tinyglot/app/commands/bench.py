@@ -28,26 +28,23 @@ def bounded_ints(limit: int):
     return parse
 
 
-def seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
-    return value
+def bounded_number(cast: type[int] | type[float], low: float, high: float, what: str):
+    """An argparse type: a finite ``cast`` number from ``low`` to ``high`` (``what`` words the error)."""
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"expected {what} from {low:,} to {high:,}, got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
 
 
-def count(text: str) -> int:
-    """An argparse type: a whole number from 0 to 10**9."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 <= value <= 10**9:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 1,000,000,000, got {text!r}")
-    return value
+seconds = bounded_number(float, 0, 10**7, "a number of seconds")
+count = bounded_number(int, 0, 10**9, "a whole number")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -11,8 +11,8 @@ from tinyglot.errors import TinyglotError
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    import tinyglot
     from tinyglot.data.embedded import load_testset
-    from tinyglot.encoders import load_encoder
     from tinyglot.evaluation import evaluate_bitext
 
     # the data is checked before the model loads, so a bad --data fails at once, not after the load
@@ -24,7 +24,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise TinyglotError("--task sts needs --data FILE", "pass a sentence1<TAB>sentence2<TAB>score file")
         if not Path(args.data).is_file():
             raise TinyglotError(f"STS file {args.data} not found", "pass a sentence1<TAB>sentence2<TAB>score file")
-        encoder = load_encoder(args.model, args.device)
+        encoder = tinyglot.load(args.model, args.device)
         result = evaluate_sts(encoder, args.data, batch_size=args.batch_size)
         rho = "undefined (constant scores)" if result["spearman"] is None else f"{100 * result['spearman']:.1f}"
         make_console().print(f"STS Spearman rho on {args.data} ({result['pairs']} pairs): {rho}")
@@ -32,7 +32,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             atomic_write_json(args.json, result)
         return 0
     testset = load_testset(args.data, lang=args.lang)
-    encoder = load_encoder(args.model, args.device)
+    encoder = tinyglot.load(args.model, args.device)
     name = str(args.data or "embedded test set")
     if args.task == "mining":
         from tinyglot.evaluation.tasks import evaluate_mining

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tinyglot.console import make_console
 
-from tinyglot.export.formats import FORMATS, QUANTIZE, QUANTIZE_BY_FORMAT
+from tinyglot.export.formats import BUNDLE_FORMATS, format_names, get_format, quantization_names
 
 
 def default_out(model: Path, fmt: str, quantize: str) -> Path:
@@ -24,34 +24,37 @@ def default_out(model: Path, fmt: str, quantize: str) -> Path:
     return model.resolve().parent / f"{model.resolve().name}-{fmt}{suffix}"
 
 
+def _buckets(args: argparse.Namespace):
+    from tinyglot.export.tflite import DEFAULT_BUCKETS, parse_ints
+
+    return parse_ints(args.buckets) or DEFAULT_BUCKETS
+
+
+def _batch_sizes(args: argparse.Namespace):
+    from tinyglot.export.tflite import DEFAULT_BATCH_SIZES, parse_ints
+
+    return parse_ints(args.batch_sizes, "batch-sizes") or DEFAULT_BATCH_SIZES
+
+
+# the exporter keywords the command line sets (a BundleFormat's ``options``), from the parsed arguments; each
+# format gets those its record lists
+OPTION_ARGUMENTS = {
+    "optimize": lambda args: args.optimize,
+    "buckets": _buckets,
+    "batch_sizes": _batch_sizes,
+}
+
+
 def _export(args: argparse.Namespace, out: Path, kwargs: dict, say):
     """``(ExportResult, PruneResult | None)`` of the export the arguments ask for."""
-    pruning = None
     if args.prune_vocab:
         from tinyglot.export.prune import prune_and_export
 
         languages = [x.strip() for x in args.languages.split(",") if x.strip()] if args.languages else None
-        result, pruning = prune_and_export(args.model, out, args.format, languages=languages, corpus=args.corpus,
-                                           student_out=args.pruned_student, say=say, **kwargs)
-    elif args.format == "onnx":
-        from tinyglot.export.onnx import export_onnx
-
-        q = kwargs.pop("quantization")
-        result = export_onnx(args.model, out, q, say=say, **kwargs)
-    elif args.format == "tflite":
-        from tinyglot.export.tflite import export_tflite
-
-        result = export_tflite(args.model, out, say=say, **kwargs)
-    elif args.format in ("onnx-text", "tflite-mediapipe"):
-        from tinyglot.export.formats import export_string_bundle
-
-        q = kwargs.pop("quantization")
-        result = export_string_bundle(args.format, args.model, out, q, say=say, **kwargs)
-    else:
-        from tinyglot.export.savedmodel import export_savedmodel
-
-        result = export_savedmodel(args.model, out, say=say, **kwargs)
-    return result, pruning
+        return prune_and_export(args.model, out, args.format, languages=languages, corpus=args.corpus,
+                                student_out=args.pruned_student, say=say, **kwargs)
+    q = kwargs.pop("quantization")
+    return get_format(args.format).export(args.model, out, q, say=say, **kwargs), None
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -70,7 +73,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise TinyglotError(f"--max-sentences must be >= 1, got {args.max_sentences}")
     console = make_console()
     say = lambda msg: console.print(escape(msg))  # noqa: E731
-    allowed = QUANTIZE_BY_FORMAT[args.format]
+    fmt = get_format(args.format)
+    allowed = fmt.quantizations
     if args.quantize not in allowed:
         raise TinyglotError(f"--quantize {args.quantize} is not available for --format {args.format}",
                             f"choose one of: {', '.join(allowed)}")
@@ -79,8 +83,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                             "add --prune-vocab (or drop --languages/--corpus)")
     if args.prune_vocab and not (args.languages or args.corpus):
         raise TinyglotError("--prune-vocab needs --languages (e.g. de,fr,ja) or --corpus FILE")
-    if args.format != "tflite" and (args.buckets or args.batch_sizes):
-        raise TinyglotError("--buckets and --batch-sizes are TFLite options", "add --format tflite")
+    if (args.buckets or args.batch_sizes) and "buckets" not in fmt.options:
+        takers = [f.name for f in BUNDLE_FORMATS.values() if "buckets" in f.options]
+        raise TinyglotError("--buckets and --batch-sizes are TFLite options", f"add --format {' or '.join(takers)}")
     out = args.out or default_out(args.model, args.format, args.quantize)
     try:
         import torch
@@ -89,20 +94,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ImportError:  # pragma: no cover
         pass
     common = dict(threads=args.threads, max_sentences=args.max_sentences, parity_gate=not args.no_parity_gate)
-    if args.format == "onnx":
-        kwargs = dict(common, quantization=args.quantize, optimize=args.optimize)
-    elif args.format == "tflite":
-        from tinyglot.export.tflite import DEFAULT_BATCH_SIZES, DEFAULT_BUCKETS, parse_ints
-
-        kwargs = dict(common, quantization=args.quantize,
-                      buckets=parse_ints(args.buckets) or DEFAULT_BUCKETS,
-                      batch_sizes=parse_ints(args.batch_sizes, "batch-sizes") or DEFAULT_BATCH_SIZES)
-    elif args.format == "savedmodel":
-        kwargs = dict(common)
-    elif args.format in ("onnx-text", "tflite-mediapipe"):
-        kwargs = dict(common, quantization=args.quantize)
-    else:  # pragma: no cover - argparse restricts the choices
-        raise TinyglotError(f"unknown format {args.format!r}", f"choose one of: {', '.join(FORMATS)}")
+    kwargs = dict(common, quantization=args.quantize,
+                  **{name: value(args) for name, value in OPTION_ARGUMENTS.items() if name in fmt.options})
     from tinyglot.export.bundle import BUNDLE_KIND, legacy_bundle_files
     from tinyglot.locks import run_lock
 
@@ -141,17 +134,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, type=Path,
                    help="a student folder (tinyglot distill) or an EMS teacher run (tinyglot teacher train)")
-    p.add_argument("--format", choices=FORMATS, default="onnx",
-                   help="onnx (onnxruntime); tflite (LiteRT, one signature per batch x sequence bucket); "
-                        "savedmodel (TF SavedModel taking raw strings, loads with tensorflow_hub.KerasLayer); "
-                        "onnx-text (raw strings in: SentencePiece inside the graph, onnxruntime + "
-                        "onnxruntime-extensions); tflite-mediapipe (raw strings in MediaPipe's TextEmbedder: "
-                        "TFLite Metadata with the SentencePiece model)")
-    p.add_argument("--quantize", choices=QUANTIZE, default="none",
-                   help="onnx: none (fp32); dynamic int8 (per-tensor); avx2 / avx512-vnni / arm64 "
-                        "(dynamic int8 presets per CPU); static int8 calibrated on the embedded corpus; fp16. "
-                        "tflite: none, dynamic (dynamic-range int8), fp16. savedmodel: none. onnx-text: none, dynamic "
-                        "(int8 encoder). tflite-mediapipe: none, dynamic (dynamic-range int8)")
+    formats = BUNDLE_FORMATS.values()
+    p.add_argument("--format", choices=format_names(), default="onnx",
+                   help="; ".join(f"{f.name} ({f.summary})" if f.summary else f.name for f in formats))
+    p.add_argument("--quantize", choices=quantization_names(), default="none",
+                   help=". ".join(f"{f.name}: {f.quantize_help or ', '.join(f.quantizations)}" for f in formats))
     p.add_argument("--buckets", default=None,
                    help="tflite: sequence-length buckets, e.g. 16,32,64,128 (clipped to the model's max_len, "
                         "which is always the largest)")

@@ -14,7 +14,7 @@ import tomli_w
 from tinyglot.config import (MAX_BATCH, parse_sets, read_toml, replace, to_dict, validate_at_most,
                              validate_positive)
 from tinyglot.errors import TinyglotError
-from tinyglot.export.formats import FORMATS, QUANTIZE_BY_FORMAT
+from tinyglot.export.formats import BUNDLE_FORMATS, get_format
 
 
 @dataclass
@@ -89,8 +89,7 @@ class ExportSection:
     """Bundles as (format, quantization); ``threads`` for the runtimes during parity checks and eval.
 
     TFLite gets batch-1 signatures only (single-stream, as on a phone): every extra batch size costs
-    conversion time, memory and file size, and batch signatures did not make evaluation faster (the
-    README's export section has the numbers)."""
+    conversion time, memory and file size."""
 
     # onnx-text / tflite-mediapipe: raw strings in (SentencePiece in the graph / in MediaPipe's metadata)
     formats: list[tuple[str, str]] = field(default_factory=lambda: [
@@ -197,11 +196,10 @@ class PipelineConfig:
         if not self.export.formats:
             raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")
         for fmt, quant in [*self.export.formats, *self.export.teacher_formats]:
-            if fmt not in QUANTIZE_BY_FORMAT:
-                raise TinyglotError(f"unknown export format {fmt!r}", f"choose one of: {', '.join(QUANTIZE_BY_FORMAT)}")
-            if quant not in QUANTIZE_BY_FORMAT[fmt]:
+            allowed = get_format(fmt).quantizations
+            if quant not in allowed:
                 raise TinyglotError(f"quantization {quant!r} is not available for {fmt}",
-                                    f"choose one of: {', '.join(QUANTIZE_BY_FORMAT[fmt])}")
+                                    f"choose one of: {', '.join(allowed)}")
         if len(set(self.bundle_names())) != len(self.export.formats):
             raise TinyglotError("export.formats lists a bundle twice", "list each format-quantization once")
         validate_positive(self.export, ("threads", "parity_sentences"), "export")
@@ -234,7 +232,7 @@ class PipelineConfig:
             raise TinyglotError(f"threads, export.threads and eval.threads must be at most {MAX_THREADS}")
         if self.bench.min_seconds < 0 or self.bench.warmup < 0:
             raise TinyglotError("bench.min_seconds and bench.warmup must be >= 0")
-        if any(fmt == "tflite" for fmt, _ in self.export.formats):
+        if any("buckets" in get_format(fmt).options for fmt, _ in self.export.formats):  # fixed-shape signatures
             seqs = sorted(set(self.bench.seq) - set(self.export.tflite_buckets))
             batches = sorted(set(self.bench.batch) - set(self.export.tflite_batch_sizes))
             if seqs or batches:
@@ -288,7 +286,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     # every pair of every language of the corpus that e5 covers with at least 1,500 pairs; the peers
     # evaluated beside it.  Give it a large corpus: `--set data.train=corpus.jsonl.gz` (the embedded
     # one has 10 languages).  10,000 steps of 128 pairs: about one pass over the shared corpus's 1.2M
-    # pairs of those languages, the step count of the README's best student (stage 2c).
+    # pairs of those languages, the step count of the best student (docs/results.md, "Against the peers").
     "e5": {
         "data": {"languages": "e5-small", "min_pairs_per_lang": 1500},
         "teacher": {"spec": "e5-small"},
@@ -319,7 +317,7 @@ def _parse_format(item: Any) -> tuple[str, str]:
     # format names may hold a "-" too: onnx-text-dynamic
     text = str(item).strip()
     sep = ":" if ":" in text else "-"
-    known = [f for f in sorted(FORMATS, key=len, reverse=True) if text.startswith(f + sep)]
+    known = [f for f in sorted(BUNDLE_FORMATS, key=len, reverse=True) if text.startswith(f + sep)]
     fmt, _, quant = (known[0], sep, text[len(known[0]) + 1:]) if known else text.partition(sep)
     if not fmt or not quant:
         raise TinyglotError(f"export.formats item {item!r} is not FORMAT-QUANTIZATION",

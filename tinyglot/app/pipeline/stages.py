@@ -245,28 +245,15 @@ def testset_inputs(cfg: PipelineConfig) -> dict[str, Any]:
 
 def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: ExportSection, testset: dict,
                   say: Say):
-    """One bundle with the export stage's functions; returns its ``ExportResult``."""
-    threads, max_sentences = section.threads, section.parity_sentences
-    if fmt == "onnx":
-        from tinyglot.export.onnx import export_onnx
+    """One bundle with the export stage's functions; returns its ``ExportResult``.  Each format's exporter
+    gets the stage options its record lists (``card=False``: the run writes its own README.md)."""
+    from tinyglot.export.formats import get_format
 
-        return export_onnx(student, out, quant, threads=threads, max_sentences=max_sentences, testset=testset,
-                           say=say)
-    if fmt == "tflite":
-        from tinyglot.export.tflite import export_tflite
-
-        return export_tflite(student, out, quant, buckets=section.tflite_buckets,
-                             batch_sizes=section.tflite_batch_sizes, threads=threads, max_sentences=max_sentences,
-                             testset=testset, say=say)
-    if fmt in ("onnx-text", "tflite-mediapipe"):
-        from tinyglot.export.formats import export_string_bundle
-
-        return export_string_bundle(fmt, student, out, quant, card=False, threads=threads,
-                                    max_sentences=max_sentences, testset=testset, say=say)
-    from tinyglot.export.savedmodel import export_savedmodel
-
-    return export_savedmodel(student, out, quant, threads=threads, max_sentences=max_sentences, testset=testset,
-                             say=say)
+    record = get_format(fmt)
+    options = record.takes({"buckets": section.tflite_buckets, "batch_sizes": section.tflite_batch_sizes,
+                            "card": False})
+    return record.export(student, out, quant, threads=section.threads, max_sentences=section.parity_sentences,
+                         testset=testset, say=say, **options)
 
 
 def bundle_info(fmt: str, quant: str, result: Any) -> dict[str, Any]:
@@ -347,9 +334,7 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
         return fit_on_pairs(ctx.train_pairs())
 
     def teacher():
-        from tinyglot.encoders import load_encoder
-
-        return load_encoder(ctx.teacher_spec(), device=ctx.cfg.eval.device)
+        return tinyglot.load(ctx.teacher_spec(), device=ctx.cfg.eval.device)
 
     student = ctx.student_dir
     from tinyglot.evaluation.tfidf import FIT_PAIRS
@@ -429,10 +414,13 @@ def bench_targets(ctx: RunContext) -> list[Path | str]:
     """The PyTorch student (if asked), every ONNX / TFLite bundle (string-in ones included) and the
     peers of ``eval.peers`` (``peer:NAME``, through their own Python API), so that the report's
     Pareto view puts them side by side."""
+    from tinyglot.export.formats import bundle_runtimes
+
     targets: list[Path | str] = [ctx.student_dir] if ctx.cfg.bench.torch else []
     teacher = set(exported_teacher_bundles(ctx))
+    runtimes = bundle_runtimes()
     targets += [ctx.bundle_dir(name) for fmt, _, name in [*ctx.cfg.bundles(), *ctx.cfg.teacher_bundles()]
-                if fmt in ("onnx", "tflite", "onnx-text", "tflite-mediapipe")
+                if fmt in runtimes
                 and (name in ctx.cfg.bundle_names() or name in teacher)]
     return targets + [f"peer:{name}" for name in ctx.cfg.eval.peers]
 
