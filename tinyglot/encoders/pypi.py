@@ -12,20 +12,21 @@ from tinyglot.errors import TinyglotError
 def model_folder_rank(folder: Path) -> int | None:
     """Rank of a folder as a model root (lower is better), None if it is not one: 0 a tinyglot model
     (config.json with "loader"), 1 sentence-transformers, 2 SavedModel, 3 transformers."""
-    if (folder / "modules.json").is_file():
-        return 1
-    if (folder / "saved_model.pb").is_file():
-        return 2
+    data = None
     cfg = folder / "config.json"
     if cfg.is_file():
         try:
             data = json.loads(cfg.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            return None
-        if isinstance(data, dict) and "loader" in data:
+            data = None
+        if isinstance(data, dict) and "loader" in data:  # first: a tinyglot SavedModel bundle has a saved_model.pb
             return 0
-        if isinstance(data, dict) and "model_type" in data:
-            return 3
+    if (folder / "modules.json").is_file():
+        return 1
+    if (folder / "saved_model.pb").is_file():
+        return 2
+    if isinstance(data, dict) and "model_type" in data:
+        return 3
     return None
 
 
