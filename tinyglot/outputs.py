@@ -20,7 +20,7 @@ import socket
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tinyglot.errors import TinyglotError
 from tinyglot.io import atomic_write_json, read_json_object
@@ -97,10 +97,7 @@ def claim_output(folder: str | Path, kind: str, *, what: str = "--out",
                                 "was changed", f"pass a new or empty folder as {what}")
         foreign = foreign_entries(folder, record)
         if foreign:
-            raise TinyglotError(
-                f"{what} {folder} holds files tinyglot did not write ({_names(foreign)}); a new {kind} "
-                "replaces the whole folder, so nothing was changed",
-                f"move those files out of {folder}, or pass another folder as {what}")
+            _refuse_foreign(folder, foreign, kind, what)
         return False
     others = foreign_entries(folder, None)
     owned = legacy(folder) if others and legacy is not None else None
@@ -110,13 +107,16 @@ def claim_output(folder: str | Path, kind: str, *, what: str = "--out",
             "nothing was changed", f"pass a new or empty folder as {what}")
     foreign = [n for n in others if owned is not None and n not in owned] if exclusive else []
     if foreign:
-        raise TinyglotError(
-            f"{what} {folder} holds files tinyglot did not write ({_names(foreign)}); a new {kind} "
-            "replaces the whole folder, so nothing was changed",
-            f"move those files out of {folder}, or pass another folder as {what}")
+        _refuse_foreign(folder, foreign, kind, what)
     if write:
         _write_or_fail(folder, kind, what, exclusive, files=others if exclusive else ())
     return False
+
+
+def _refuse_foreign(folder: Path, foreign: list[str], kind: str, what: str) -> NoReturn:
+    raise TinyglotError(f"{what} {folder} holds files tinyglot did not write ({_names(foreign)}); a new {kind} "
+                        "replaces the whole folder, so nothing was changed",
+                        f"move those files out of {folder}, or pass another folder as {what}")
 
 
 def make_folder(folder: Path, what: str = "--out") -> None:
