@@ -158,8 +158,8 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
 
 # glibc malloc settings for training (see limit_allocator_growth); the mallopt parameter numbers are
 # glibc's M_TRIM_THRESHOLD and M_MMAP_THRESHOLD.
-MMAP_THRESHOLD = 8 << 20
-TRIM_THRESHOLD = 8 << 20
+MMAP_THRESHOLD = 128 << 10
+TRIM_THRESHOLD = 128 << 10
 TRIM_EVERY = 50  # training steps between two release_free_memory() calls
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -181,19 +181,17 @@ def _glibc() -> Any:
 
 
 def limit_allocator_growth() -> bool:
-    """Keep the training process's memory flat without mapping and unmapping memory at each step.
+    """Keep the training process's memory flat (Linux, glibc).
 
-    Length-bucketed batches allocate tensors of ever-changing sizes.  glibc's default, adaptive
-    mmap threshold keeps freed blocks in the heap, and a long run grew (an ems-small run passed
-    4.7 GB after 700 steps).  The earlier fix, a 128 KiB mmap and trim threshold, mapped and
-    unmapped every tensor above 128 KiB at every step: 30 % of the time went to the kernel in page
-    faults (issue #25).  Now blocks up to ``MMAP_THRESHOLD`` (8 MiB) come from the heap, where the
-    next steps reuse them; only the largest activations are still mapped.  A higher threshold
-    saves little more system time but raises the peak: the heap keeps one batch's freed blocks,
-    which the next, longer batch does not fit into (docs/design.md, "Memory on the CPU").  What the heap
-    keeps free is returned to the OS here (what data preparation left behind) and every
-    ``TRIM_EVERY`` steps by :func:`release_free_memory`, which bounds the resident size if the heap
-    fragments over a long run.  Returns True if applied (glibc on Linux).
+    Length-bucketed batches allocate tensors of ever-changing sizes.  glibc's default, adaptive mmap
+    threshold keeps freed blocks in the heap, and a long run grows (an ems-small run passed 4.7 GB
+    after 700 steps).  A ``MMAP_THRESHOLD`` of 128 KiB maps every larger tensor and unmaps it when it
+    is freed, so the resident size stays flat (2.3 GB over 400 ems-small steps), at the price of page
+    faults: about a third of the run's time goes to the kernel.  Larger thresholds trade memory for
+    that time (8 MiB: system time 8 % of user time, but a peak of 4.0 GB after 400 steps; the
+    measurements are in docs/results.md, "Training memory on the CPU"); none measured so far keeps
+    both low, so memory wins.  The heap's free pages also go back to the OS when training starts and
+    every ``TRIM_EVERY`` steps (:func:`release_free_memory`).  Returns True if applied.
     """
     libc = _glibc()
     if libc is None:
