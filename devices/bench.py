@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tinyglot.config import MAX_THREADS as CORE_MAX_THREADS
 from tinyglot.errors import TinyglotError
 from tinyglot.locks import file_lock
 
@@ -42,7 +41,6 @@ DEFAULT_SEQ = (16, 32, 64, 128)
 # Bounds of a measurement's shape: its inputs are built in memory (past them: a clear error, not a MemoryError)
 MAX_BATCH = 4096
 MAX_SEQ = 16384
-MAX_THREADS = CORE_MAX_THREADS
 
 
 @dataclass

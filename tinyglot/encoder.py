@@ -67,10 +67,10 @@ def check_sentences(sentences: Sequence[str], strict: bool = False) -> list[str]
             raise TinyglotError(f"sentence #{i} is empty (or only whitespace): {sentence!r}",
                                 "drop empty strings before encoding, or encode without strict checks (a blank "
                                 "sentence embeds as the zero vector)")
-        if not sentence.isascii():
-            _check_unicode(i, sentence)
-        elif "\0" in sentence:
+        if "\0" in sentence:
             _refuse_nul(i, sentence)
+        if not sentence.isascii():
+            _refuse_surrogates(i, sentence)
     return sentences
 
 
@@ -80,9 +80,7 @@ def _refuse_nul(i: int, sentence: str) -> None:
                         f"{sentence[:60]!r}", "remove NUL characters before encoding, e.g. s.replace('\\x00', ' ')")
 
 
-def _check_unicode(i: int, sentence: str) -> None:
-    if "\0" in sentence:
-        _refuse_nul(i, sentence)
+def _refuse_surrogates(i: int, sentence: str) -> None:
     try:
         sentence.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -137,11 +135,11 @@ def encode_by_length(lengths: Sequence[int], batch_size: int,
     vector.  When every item is blank, ``run`` sees the first one once, for the width."""
     if not len(lengths):
         raise TinyglotError("encode() got no sentences", "pass at least one sentence")
-    kept = [i for i, n in enumerate(lengths) if n > 0]
+    kept = np.asarray([i for i, n in enumerate(lengths) if n > 0], dtype=np.int64)
     out: np.ndarray | None = None
-    if kept:
+    if len(kept):
         for part in length_batches([lengths[i] for i in kept], batch_size):
-            rows = np.asarray(kept)[part]
+            rows = kept[part]
             emb = np.asarray(run(rows), dtype=np.float32)
             if out is None:
                 out = np.zeros((len(lengths), emb.shape[1]), dtype=np.float32)

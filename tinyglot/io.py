@@ -7,10 +7,14 @@ disk, then renamed over the destination (``os.replace`` is atomic on POSIX and W
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import json
 import os
 import secrets
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +88,6 @@ def read_json_object(path: str | Path) -> dict[str, Any] | None:
 def atomic_folder(out: str | Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``out`` that replaces ``out`` when the block succeeds: one atomic
     swap where the system has it (a kill leaves the old folder or the new one), the old one removed."""
-    from tinyglot.outputs import exchange
-
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_name(out)
@@ -94,16 +96,46 @@ def atomic_folder(out: str | Path) -> Iterator[Path]:
         try:
             yield tmp
             apply_umask(tmp)  # made 0700 by some writers (and 0600 files): the usual permissions
-            if not out.exists():
-                tmp.rename(out)
-            elif not exchange(tmp, out):  # no atomic swap on this system: two renames, a short gap
-                old = _temporary_name(out, ".old")
-                with _recorded(old):
-                    out.rename(old)
-                    tmp.rename(out)
-                    shutil.rmtree(old, ignore_errors=True)
+            aside = _temporary_name(out, ".old")
+            with _recorded(aside):
+                swap_into(tmp, out, aside)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # after a swap: the old folder
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+
+
+@functools.cache
+def _renameat2() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return getattr(libc, "renameat2", None)
+
+
+def exchange(a: str | Path, b: str | Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system or file system cannot."""
+    func = _renameat2()
+    if func is None:
+        return False
+    at_fdcwd = -100
+    return func(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0
+
+
+def swap_into(new: Path, out: Path, aside: Path) -> None:
+    """Put the folder ``new`` at ``out`` (new or existing) and remove the old ``out``: one atomic exchange
+    where the system has it (a kill leaves the old folder or the new one at ``out``), else ``out`` is
+    renamed to ``aside`` first (two renames, a short gap)."""
+    if not out.exists():
+        new.rename(out)
+    elif exchange(new, out):
+        shutil.rmtree(new, ignore_errors=True)  # the old folder, now at ``new``
+    else:
+        out.rename(aside)
+        new.rename(out)
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def apply_umask(folder: str | Path) -> None:

@@ -16,8 +16,8 @@ import logging
 import os
 import socket
 import sys
-import time
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,13 +25,14 @@ from typing import Any
 
 from tinyglot.errors import TinyglotError
 from tinyglot.io import read_json_object
+from tinyglot.outputs import LOCK
 
 log = logging.getLogger("tinyglot.locks")
 try:
     import fcntl
 except ImportError:  # Windows: the pid check alone decides
     fcntl = None  # type: ignore[assignment]
-LOCK_NAME = ".tinyglot.lock"
+LOCK_NAME = LOCK
 
 _held: dict[str, _Held] = {}
 
@@ -214,12 +215,13 @@ def recorded_temporary(path: str | Path) -> Iterator[None]:
         yield
         return
     path = Path(os.path.abspath(path))
-    found = _holder(Path(os.path.join(os.path.realpath(path.parent), path.name)))
+    real = Path(os.path.realpath(path.parent)) / path.name
+    found = _holder(real)
     if found is None:
         yield
         return
     held, folder = found
-    rel = os.path.relpath(os.path.join(os.path.realpath(path.parent), path.name), folder)
+    rel = os.path.relpath(real, folder)
     held.temporaries.append(rel)
     held.write()
     try:

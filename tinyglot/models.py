@@ -15,6 +15,7 @@ import importlib
 import importlib.metadata
 import json
 import math
+import os
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
@@ -111,8 +112,6 @@ def check_model_shape(where: str | Path, shape: dict[str, object], *, shared_lay
     before anything is built: each a whole number within its bound, and the fp32 model within
     ``MAX_MODEL_BYTES`` and within what its ``weights`` files on disk can hold.  Returns the estimated
     bytes; a clear error names the estimate otherwise."""
-    import os
-
     dims: dict[str, int] = {}
     for name, value in shape.items():
         if value is None:

@@ -12,21 +12,18 @@ lock file (:mod:`tinyglot.locks`), a staging folder by the record inside it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import shutil
 import socket
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from tinyglot.errors import TinyglotError
-from tinyglot.io import atomic_write_json, read_json_object
+from tinyglot.io import apply_umask, atomic_write_json, read_json_object, swap_into
 
 RECORD = ".tinyglot-output.json"
-LOCK = ".tinyglot.lock"  # tinyglot.locks.LOCK_NAME (locks imports this module)
+LOCK = ".tinyglot.lock"  # a folder's lock file (tinyglot.locks.LOCK_NAME)
 STAGING_KIND = "staging"
 _SHOWN = 5  # foreign entries named in an error
 
@@ -151,7 +148,7 @@ def release_claim(folder: str | Path) -> None:
     else there: the record and the folder go.  A folder the run already wrote into (a checkpoint to
     resume from, the log of a loss that diverged) keeps its record, so the same command can take it."""
     folder = Path(folder)
-    if [n for n in _entries(folder) if n not in (RECORD, LOCK)] if folder.is_dir() else True:
+    if not folder.is_dir() or foreign_entries(folder, None):
         return
     (folder / RECORD).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
@@ -200,53 +197,21 @@ def remove_dead_staging(out: str | Path) -> list[Path]:
     return removed
 
 
-_RENAME_EXCHANGE = 2
-
-
-def _renameat2() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return getattr(libc, "renameat2", None)
-
-
-def exchange(a: str | Path, b: str | Path) -> bool:
-    """Swap two existing paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
-    system or file system cannot."""
-    func = _renameat2()
-    if func is None:
-        return False
-    at_fdcwd = -100
-    rc = func(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), _RENAME_EXCHANGE)
-    return rc == 0
-
-
 def replace_folder(staged: str | Path, out: str | Path, kind: str) -> None:
     """Put the finished folder ``staged`` in the place of ``out`` (new or existing) as a tinyglot output of
     ``kind`` that owns every file in it: one atomic swap where the system has it, so that a kill at any
     point leaves the old folder or the new one at ``out``; the old one is then removed.  Both records
     name ``out`` and this process while they swap, so a folder a kill leaves beside ``out`` is removed
     by the next :func:`remove_dead_staging`."""
-    from tinyglot.io import apply_umask
-
     staged, out = Path(staged), Path(out)
     apply_umask(staged)  # the staging folder was made 0700: the usual permissions
     files = [n for n in _entries(staged) if n not in (RECORD, LOCK)]
     write_record(staged, kind, files, exclusive=True, target=out.name, **_owner())
-    if not out.exists():
-        os.rename(staged, out)
-        return
-    old = read_record(out)
+    old = read_record(out) if out.exists() else None
     if old is not None:
         atomic_write_json(out / RECORD, {**old, "target": out.name, **_owner()})
-    if exchange(staged, out):
-        shutil.rmtree(staged, ignore_errors=True)  # the old folder, now at the staging path
-        return
-    gone = staged.with_name(staged.name + "-old")  # no atomic swap on this system: two renames, a short gap
-    os.rename(out, gone)
-    os.rename(staged, out)
-    shutil.rmtree(gone, ignore_errors=True)
+    swap_into(staged, out, staged.with_name(staged.name + "-old"))
 
 
-__all__ = ["RECORD", "STAGING_KIND", "claim_output", "exchange", "foreign_entries", "legacy_if", "make_folder",
+__all__ = ["RECORD", "STAGING_KIND", "claim_output", "foreign_entries", "legacy_if", "make_folder",
            "read_record", "release_claim", "remove_dead_staging", "replace_folder", "staging_folder", "write_record"]

@@ -123,7 +123,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from tinyglot.devices.bench import DEFAULT_DB, MAX_BATCH, MAX_SEQ, MAX_THREADS
+    from tinyglot.config import MAX_THREADS
+    from tinyglot.devices.bench import DEFAULT_DB, MAX_BATCH, MAX_SEQ
 
     p.add_argument("--bundle", action="append", type=Path, default=[],
                    help="an exported bundle (onnx, tflite; onnx-text and tflite-mediapipe take raw text: "

@@ -220,7 +220,8 @@ class PipelineConfig:
                                 'pip install "tinyglot[peers]", or leave the peers out: --set eval.peers=')
         validate_positive(self.bench, ("min_queries",), "bench")
         from tinyglot.devices.bench import MAX_BATCH as BENCH_BATCH
-        from tinyglot.devices.bench import MAX_SEQ, MAX_THREADS
+        from tinyglot.config import MAX_THREADS
+        from tinyglot.devices.bench import MAX_SEQ
 
         limits = {"tflite_buckets": MAX_SEQ, "tflite_batch_sizes": BENCH_BATCH, "threads": MAX_THREADS,
                   "batch": BENCH_BATCH, "seq": MAX_SEQ}
