@@ -11,10 +11,15 @@ test set, with the same thread count:
   part of it the model added (peak minus the resident size before loading);
 - size: bytes on disk of what the model needs (bundle folder, torch weights + tokenizer, or the
   peer's package folder);
-- P@1: bitext retrieval on the test set (mean of x->en and en->x, per language and averaged).
+- P@1: bitext retrieval on the test set (mean of x->en and en->x, per language and averaged);
+- call regimes (:mod:`tinyglot.devices.regimes`, in the same process): sentences/s of one sentence per
+  call, arrival-order batches of 32 and one bulk call (``encode(all, batch_size=32)``) on two length
+  profiles (``--regime-test NAME[@MIN_WORDS]=SOURCE``, repeatable; default: the shared libreoffice test
+  and the prose set of ``--min-words`` 15+ words, ``--regime-sentences`` each), with each model's
+  tokens per sentence; ``--no-regimes`` skips them.
 
-Prints one Markdown table, then speed ratios of each tinyglot model against each peer; writes
-everything to ``--json``.  Asserts nothing.
+Prints one Markdown table, the speed ratios of each tinyglot model against each peer, then the regimes
+table (ratios to USE-m); writes everything to ``--json``.  Asserts nothing.
 
 A peer's P@1 does not change between runs (same package version, same test pairs), and its pass
 over the test sets is slow (multilingual-e5-small: ~16 sentences/s on one thread), so
@@ -32,10 +37,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+
+from tinyglot.devices.regimes import PROSE_MIN_WORDS, SentenceSet, default_set_specs, load_set, measure, \
+    regimes_table, sets_line, tokens_table
 
 RESULT_TAG = "PEERS_RESULT "
 
@@ -127,7 +137,8 @@ def load_tests(tests: list[str], pairs_per_lang: int) -> dict[str, dict]:
 
 def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries: int, warmup: int,
                 batch: int, seed: int, tests: list[str] | None = None, throughput_sentences: int = 0,
-                known_p1: dict | None = None) -> dict:
+                known_p1: dict | None = None, regime_sets: list[SentenceSet] | None = None,
+                regime_repeats: int = 3) -> dict:
 
     testsets = load_tests(tests or [], pairs_per_lang)
     testset = next(iter(testsets.values()))  # speed is measured on the first test set's sentences
@@ -157,6 +168,8 @@ def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries
         quality = {k: known_p1[k] for k in ("p1", "p1_per_lang", "p1_by_test")} | {"p1_from": known_p1["from"]}
     else:
         quality = p1_fields(enc, testsets, batch, spec, Precomputed(sentences, emb) if timed is sentences else enc)
+    regimes = measure(enc, regime_sets, regime_repeats, folder=spec if Path(spec).is_dir() else None) \
+        if regime_sets else None
     return {
         "kind": kind, "spec": spec, "threads": threads, "load_s": round(load_s, 2),
         "p50_ms": float(np.percentile(lat, 50, method="inverted_cdf")),
@@ -164,6 +177,7 @@ def measure_one(kind: str, spec: str, threads: int, pairs_per_lang: int, queries
         "sentences_per_s": throughput, "peak_rss_mb": peak / 2**20 if peak else None,
         "model_rss_mb": (peak - rss_before) / 2**20 if peak and rss_before else None,
         "size_mb": size / 1e6, "sentences": len(timed), "queries": queries, "identity": identity, **quality,
+        **({"regimes": regimes} if regimes is not None else {}),
     }
 
 
@@ -195,7 +209,8 @@ def known_peer_p1(path: Path | None, args: argparse.Namespace) -> dict[str, dict
             if r.get("kind") == "peer" and "error" not in r and r.get("identity")}
 
 
-def run_isolated(kind: str, spec: str, args: argparse.Namespace, known: dict | None = None) -> dict:
+def run_isolated(kind: str, spec: str, args: argparse.Namespace, known: dict | None = None,
+                 regime_file: Path | None = None) -> dict:
     cmd = [sys.executable, __file__, "--one", f"{kind}={spec}", "--threads", str(args.threads),
            "--pairs-per-lang", str(args.pairs_per_lang), "--queries", str(args.queries),
            "--warmup", str(args.warmup), "--batch", str(args.batch)]
@@ -204,6 +219,8 @@ def run_isolated(kind: str, spec: str, args: argparse.Namespace, known: dict | N
     cmd += ["--throughput-sentences", str(args.throughput_sentences)]
     if known is not None:
         cmd += ["--known-p1", json.dumps(known)]
+    if regime_file is not None:
+        cmd += ["--regime-sets", str(regime_file), "--regime-repeats", str(args.regime_repeats)]
     return run_child(cmd, args.threads, {"kind": kind, "spec": spec})
 
 
@@ -269,14 +286,26 @@ def main(argv=None) -> int:
     p.add_argument("--p1-from", type=Path, default=None,
                    help="an earlier --json of this script: peers' P@1 taken from it (same test settings and "
                         "package version), their speed measured again")
+    p.add_argument("--no-regimes", action="store_true", help="skip the call regimes (single, arrival-32, bulk)")
+    p.add_argument("--regime-test", action="append", default=[], metavar="NAME[@MIN_WORDS]=SOURCE[+SOURCE..]",
+                   help="a sentence set of the regimes (repeatable): a test folder or corpus file (PATH#SRC: one "
+                        "src), embedded, embedded-corpus or pydoc; default: the shared libreoffice test and prose")
+    p.add_argument("--min-words", type=int, default=PROSE_MIN_WORDS,
+                   help="the default prose set's minimum words per sentence (English side)")
+    p.add_argument("--regime-sentences", type=int, default=1000, help="seeded sample of each regime set")
+    p.add_argument("--regime-repeats", type=int, default=3, help="passes per regime; the fastest counts")
+    p.add_argument("--regime-sets", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--known-p1", default=None, help=argparse.SUPPRESS)
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
         kind, spec = args.one.split("=", 1)
+        regime_sets = [SentenceSet(**x) for x in json.loads(args.regime_sets.read_text(encoding="utf-8"))] \
+            if args.regime_sets else None
         res = measure_one(kind, spec, args.threads, args.pairs_per_lang, args.queries, args.warmup,
                           args.batch, seed=0, tests=args.test, throughput_sentences=args.throughput_sentences,
-                          known_p1=json.loads(args.known_p1) if args.known_p1 else None)
+                          known_p1=json.loads(args.known_p1) if args.known_p1 else None,
+                          regime_sets=regime_sets, regime_repeats=args.regime_repeats)
         print(RESULT_TAG + json.dumps(res))
         return 0
     jobs = ([("onnx", s) for s in args.onnx] + [("tflite", s) for s in args.tflite]
@@ -284,10 +313,16 @@ def main(argv=None) -> int:
             + [("peer", s) for s in args.peers.split(",") if s])
     names = {spec: (spec if kind == "peer" else f"{kind}: {Path(spec).name}") for kind, spec in jobs}
     known = known_peer_p1(args.p1_from, args)
+    regime_sets = [] if args.no_regimes else [load_set(x, args.regime_sentences) for x in
+                                              args.regime_test or default_set_specs(min_words=args.min_words)]
     rows = []
-    for kind, spec in jobs:
-        print(f"measuring {names[spec]} ...", file=sys.stderr, flush=True)
-        rows.append(run_isolated(kind, spec, args, known.get(spec) if kind == "peer" else None))
+    with tempfile.TemporaryDirectory(prefix="peers-regimes-") as tmp:
+        regime_file = Path(tmp) / "sets.json" if regime_sets else None
+        if regime_file is not None:
+            regime_file.write_text(json.dumps([asdict(x) for x in regime_sets]), encoding="utf-8")
+        for kind, spec in jobs:
+            print(f"measuring {names[spec]} ...", file=sys.stderr, flush=True)
+            rows.append(run_isolated(kind, spec, args, known.get(spec) if kind == "peer" else None, regime_file))
     from tinyglot.devices.profiles import detect_host
 
     print(f"{detect_host()['cpu_model']}, {os.cpu_count()} cores, {args.threads} thread(s), "
@@ -296,9 +331,19 @@ def main(argv=None) -> int:
     print(table(rows, names))
     print()
     print(ratios(rows, names))
+    if regime_sets:
+        timed = [{"spec": r["spec"], "sets": r["regimes"]} if "regimes" in r else
+                 {"spec": r["spec"], "error": r.get("error", "no regimes")} for r in rows]
+        print(f"\nCall regimes, sentences/s ({args.regime_repeats} passes each, the fastest counts): "
+              + sets_line(regime_sets) + "\n")
+        print(regimes_table(timed, regime_sets, names=names))
+        print()
+        print(tokens_table(timed, regime_sets, names=names))
     if args.json:
-        args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "rows": rows},
-                                        indent=2, default=str))
+        sets_info = [{"name": x.name, "source": x.source, "min_words": x.min_words, "sentences": len(x.sentences),
+                      "chars": x.chars()} for x in regime_sets]
+        args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "rows": rows,
+                                         "regime_sets": sets_info}, indent=2, default=str))
     return 0
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -29,13 +28,9 @@ PRESETS = ("none", "dynamic", "avx2", "avx512-vnni", "arm64", "static", "fp16")
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from tinyglot.devices.profiles import detect_host
+
+    return str(detect_host()["cpu_model"])
 
 
 def export(module: str, model: Path, preset: str, out: Path, threads: int, max_sentences: int) -> dict:

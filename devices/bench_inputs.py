@@ -67,11 +67,21 @@ def tokenisation_label(runtime: str) -> str:
 
 def resolve_model(path: str | Path) -> BenchModel:
     """A bundle folder (onnx, tflite) -> runtime of its format; a student folder or teacher run -> torch;
-    ``peer:NAME`` (a peer of :mod:`tinyglot.encoders.peers`) -> its own Python API."""
+    ``peer:NAME`` (a peer of :mod:`tinyglot.encoders.peers`) -> its own Python API; a released student's
+    name (``NAME``, ``NAME?format=tflite-mediapipe``, :mod:`tinyglot.released`) -> its bundle."""
     from tinyglot.models import read_model_config
+    from tinyglot.released import resolve as released_bundle, unknown_name_hint
 
     if str(path).startswith("peer:"):
         return peer_model(str(path).removeprefix("peer:"))
+    released = released_bundle(str(path))
+    if released is not None:
+        model = resolve_model(released)
+        model.name = str(path)
+        return model
+    if not Path(path).exists() and unknown_name_hint(str(path)):
+        raise TinyglotError(f"no model found at {str(path)!r}: no such folder{unknown_name_hint(str(path))}",
+                            "pass a bundle folder, a student folder, peer:NAME or a released model's name")
     path = Path(path).resolve()
     cfg = read_model_config(path)
     kind = cfg.get("kind")

@@ -139,14 +139,15 @@ def _read_chunk(path: Path, rows: int, dim: int) -> np.ndarray | None:
 
 def teacher_embeddings(
     teacher, sentences: Sequence[str], cache_dir: str | Path, identity: str | None = None,
-    batch_size: int = 64, chunk: int = 2048, progress: bool = True,
+    batch_size: int = 64, chunk: int = 2048, progress: bool = True, description: str | None = None,
 ) -> np.ndarray:
     """Embeddings of ``sentences`` by ``teacher`` (float16 rows), from the cache or computed once.
 
     The pass runs over the sentences sorted by length in chunks of ``chunk`` sentences; each
     finished chunk is written to ``<key>.chunks/`` at once, so a killed pass loses at most one chunk
     and the next call continues where it stopped.  When every chunk is there they are assembled into
-    ``<key>.npy`` (memory-mapped on read) and the chunk folder is removed.
+    ``<key>.npy`` (memory-mapped on read) and the chunk folder is removed.  ``description`` names
+    the pass on its progress bar (default: "teacher embeddings (NAME)").
     """
     identity = identity or getattr(teacher, "identity", lambda: getattr(teacher, "name", type(teacher).__name__))()
     if not sentences:
@@ -183,7 +184,7 @@ def teacher_embeddings(
             if _read_chunk(_chunk_file(parts, i), len(order[start:start + chunk]), dim) is not None}
     if done:
         log.info("teacher embeddings: continuing %s (%d of %d chunks done)", parts, len(done), len(starts))
-    bar = Progress(len(order), f"teacher embeddings ({name})", progress)
+    bar = Progress(len(order), description or f"teacher embeddings ({name})", progress)
     finished = sum(len(order[starts[i]:starts[i] + chunk]) for i in done)
     with bar.run(start=finished):
         for i, start in enumerate(starts):

@@ -23,12 +23,15 @@ class StudentConfig:
     # Dimension of the sentence embedding: 0 = hidden_size (LEALLA); else a linear map from the pooled
     # hidden states (a wide, shallow encoder with a small embedding).
     output_dim: int = 0
-    # Input embeddings: "teacher-pca" projects the teacher's token/position embeddings onto their top
-    # hidden_size principal directions (needs a tinyglot teacher with the student's vocabulary);
-    # "random" is the paper's initialisation; "auto" takes teacher-pca when it applies, else random.
+    # Input embeddings (distill/teacher_init.py): "teacher" starts them from the teacher: its own
+    # token/position embeddings projected on their top hidden_size principal directions when it is a
+    # tinyglot teacher with the student's vocabulary, else its embeddings of every vocabulary piece,
+    # projected the same way (model2vec's recipe); "random" is the paper's initialisation.  Older
+    # configs: "teacher-pca" = the teacher's tables only (an error for other teachers), "auto" = the
+    # teacher's tables when it has them, else random (the lealla presets' default).
     init: str = "auto"
 
-    INITS = ("auto", "teacher-pca", "random")
+    INITS = ("teacher", "random", "auto", "teacher-pca")
 
     @property
     def embedding_dim(self) -> int:
@@ -37,7 +40,8 @@ class StudentConfig:
     def validate(self) -> None:
         validate_positive(self, ("hidden_size", "num_layers", "num_heads", "ffn_size", "max_len"), "student")
         if self.init not in self.INITS:
-            raise TinyglotError(f"unknown student.init {self.init!r}", f"choose one of: {', '.join(self.INITS)}")
+            raise TinyglotError(f"unknown student.init {self.init!r}",
+                                "choose teacher or random (auto and teacher-pca are read in older configs)")
         if self.output_dim < 0:
             raise TinyglotError(f"student output_dim must be >= 0, got {self.output_dim}",
                                 "use 0 for the hidden size, or the embedding dimension you want")
@@ -144,8 +148,11 @@ def _fast(layers: int, hidden: int, heads: int, ffn: int, max_steps: int = 2000)
     # Shallow and wide rather than thin and deep: on CPUs every layer is a sequential step, so for the
     # same compute fewer, wider layers run faster (measured: benchmarks/shapes.py, docs/results.md "Student
     # shapes").  beta 10 and English targets (loss.fd_target) suit strong, slow teachers.
+    # init "teacher" (the teacher's embeddings of the vocabulary when it has its own): fast-small from
+    # e5-small reaches random init's dev P@1 at step 500 (79.1) by step 200, and 83.2 at 500
+    # (benchmarks/distill_speed.py; docs/results.md, "Teacher-derived initialisation").
     return DistillPreset(StudentConfig(hidden_size=hidden, num_layers=layers, num_heads=heads, ffn_size=ffn,
-                                       max_len=128),
+                                       max_len=128, init="teacher"),
                          LossConfig(beta=10.0, fd_target="english"),
                          # 2-4 layers: activations stay small, so no checkpointing on CPU (on CUDA by memory)
                          DistillTrainConfig(batch_size=128, lr=1e-3, max_steps=max_steps,
@@ -155,7 +162,8 @@ def _fast(layers: int, hidden: int, heads: int, ffn: int, max_steps: int = 2000)
 
 def _fast_tiny() -> DistillPreset:
     preset = _tiny()
-    preset.student = StudentConfig(hidden_size=48, num_layers=1, num_heads=2, ffn_size=96, max_len=48, output_dim=32)
+    preset.student = StudentConfig(hidden_size=48, num_layers=1, num_heads=2, ffn_size=96, max_len=48, output_dim=32,
+                                   init="teacher")
     preset.loss = LossConfig(beta=10.0, fd_target="english")
     preset.train.checkpoint_above_tokens = 0
     return preset

@@ -31,6 +31,7 @@ from .cache import shared_teacher_embeddings
 from .config import DistillPreset
 from .losses import ams_loss, feature_distillation, logit_distillation
 from .student import Student, init_from_teacher_pca, least_squares_head, save_student, teacher_input_embeddings
+from .teacher_init import VocabularyEmbeddings, describe, init_from_vocabulary, vocabulary_embeddings
 
 log = logging.getLogger("tinyglot.distill")
 
@@ -54,6 +55,17 @@ class DistillResult:
     steps: int
     seconds: float
     best_dev_p1: float | None
+
+
+def resumed_init(checkpoint: Path) -> tuple[str | bool | None, str | None]:
+    """The init a run recorded in its checkpoint's meta (``init``; a bool in runs from before
+    student.init=teacher) and the student.init setting it started with."""
+    try:  # memory-mapped: only the meta is read
+        meta = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True).get("meta") or {}
+    except Exception:  # noqa: BLE001 - the loop's own resume names what is wrong with the file
+        return None, None
+    saved = (meta.get("student") or {}).get("init")
+    return meta.get("init"), saved if isinstance(saved, str) else None
 
 
 class LeallaTrainer:
@@ -105,22 +117,62 @@ class LeallaTrainer:
                                                progress=progress)
         self.teacher_dim = int(self.t_emb.shape[1])
         check_dimensions(preset.student.embedding_dim, self.teacher_dim)
-        self.init_tables = self._init_tables(teacher)
+        # how the student starts (student.init): "random", "teacher-tables" (init_tables: the teacher's
+        # own embedding tables) or "teacher-vocabulary" (init_vocab: its embeddings of the vocabulary)
+        self.init_tables: dict[str, torch.Tensor] | None = None
+        self.init_vocab: VocabularyEmbeddings | None = None
+        self.init_method = self._plan_init(teacher, cache_dir or self.out / "teacher-cache")
 
-    def _init_tables(self, teacher) -> dict[str, torch.Tensor] | None:
-        mode = self.preset.student.init
-        tables = None if mode == "random" else teacher_input_embeddings(teacher, self.tokenizer)
-        if mode == "teacher-pca" and tables is None:
+    def _plan_init(self, teacher, cache_dir: str | Path):
+        """The init method of student.init for this teacher, with what it needs computed (the teacher
+        pass over the vocabulary happens here, before the seed of the training is set).  A resumed
+        run keeps the init its checkpoint records and computes nothing."""
+        sc, mode = self.preset.student, self.preset.student.init
+        if self.resume:
+            method, saved = resumed_init(self.out / "last.pt")
+            if saved is not None and saved != mode:
+                log.info("student.init=%s is not applied: the run resumes from last.pt (started with %s)", mode, saved)
+                sc.init = saved  # (the run's meta is the checkpoint's)
+            return method
+        if mode == "random":
+            log.info("student init: random")
+            return "random"
+        self.init_tables = teacher_input_embeddings(teacher, self.tokenizer)
+        if self.init_tables is not None:
+            return "teacher-tables"
+        if mode == "teacher-pca":
             raise TinyglotError("student.init=teacher-pca needs a tinyglot teacher whose vocabulary is the "
-                                "student's", "use --set student.init=random (or auto) with this teacher")
-        if mode == "auto":
-            log.info("student init: %s", "teacher-pca" if tables is not None else "random (no teacher tables)")
-        return tables
+                                "student's", "use --init teacher (the teacher embeds the student's vocabulary) "
+                                "or --init random with this teacher")
+        if mode == "auto":  # (older configs: the teacher's tables or random)
+            log.info("student init: random (student.init=auto and the teacher does not share the student's "
+                     "vocabulary; --init teacher embeds the vocabulary with it)")
+            return "random"
+        self.init_vocab = vocabulary_embeddings(teacher, self.tokenizer, cache_dir, self.identity, self.ctx,
+                                                self.preset.train.teacher_batch_size, self.progress)
+        return "teacher-vocabulary"
+
+    def initial_model(self) -> tuple[Student, str]:
+        """The student at step 0 (seeded by train.seed) and a description of its initialisation; a
+        resumed run's student is left random here (its weights come from last.pt)."""
+        seed_everything(self.preset.train.seed)
+        model = Student(self.preset.student, self.teacher_dim if self.preset.loss.fd else None)
+        if self.resume:
+            method = self.init_method
+            if isinstance(method, bool):  # a run from before student.init=teacher
+                method = "teacher-tables" if method else "random"
+            return model, f"{method} (at the start of the run; resumed from last.pt)"
+        info = None
+        if self.init_tables is not None:
+            info = {"variance_kept": init_from_teacher_pca(model, self.init_tables)}
+        elif self.init_vocab is not None:
+            info = init_from_vocabulary(model, self.init_vocab)
+        return model, describe(self.init_method, info)
 
     def meta(self) -> dict:
         # batch_size is the global batch (per process x processes): a run resumes on another
         # process count only when the batches stay the same
-        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_tables is not None,
+        return {"kind": "lealla-run", "student": to_dict(self.preset.student), "init": self.init_method,
                 "loss": to_dict(self.preset.loss),
                 "tokenizer": self.tokenizer.sha256, "data": self.data.fingerprint, "teacher": self.identity,
                 "seed": self.preset.train.seed, "batch_size": self.preset.train.batch_size * self.ctx.world}
@@ -216,12 +268,8 @@ class LeallaTrainer:
 
     def train(self, on_step: Callable[[int], None] | None = None) -> DistillResult:
         tc = self.preset.train
-        seed_everything(tc.seed)
-        model = Student(self.preset.student, self.teacher_dim if self.preset.loss.fd else None)
-        init = "random"
-        if self.init_tables is not None:
-            kept = init_from_teacher_pca(model, self.init_tables)
-            init = f"teacher-pca ({100 * kept:.1f} % of the token-embedding variance)"
+        model, init = self.initial_model()
+        log.info("student init: %s", init)
         model.to(self.device)
         fd_init = self.preset.loss.fd_init if model.fd_proj is not None else "none (loss.fd off)"
         if fd_init == "least-squares":

@@ -57,8 +57,9 @@ def write_report(out: Path, results: list[BitextResult], info: dict, reference: 
               + ("n/a" if retention is None else f"{100 * retention:.1f} %"), "",
               "| | value |", "|---|---|"]
     for key in ("teacher", "student_dim", "teacher_dim", "student_parameters", "student_bytes",
-                "trained_steps", "wall_seconds"):
-        lines.append(f"| {key} | {info.get(key)} |")
+                "trained_steps", "wall_seconds", "init"):
+        if key != "init" or "init" in info:  # (how the student started: LEALLA runs)
+            lines.append(f"| {key} | {info.get(key)} |")
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     return report
 
@@ -139,7 +140,7 @@ def run_distill(student: str = "lealla-small", teacher: str | None = None, data:
     info = {"preset": student, "teacher": teacher_spec, "student_dim": cfg["dim"],
             "teacher_dim": trainer.teacher_dim, "student_parameters": cfg["parameters"],
             "student_bytes": folder_bytes(result.student_dir / "model"), "trained_steps": result.steps,
-            "best_dev_p1": result.best_dev_p1, "train_seconds": round(result.seconds, 1),
+            "best_dev_p1": result.best_dev_p1, "init": cfg.get("init"), "train_seconds": round(result.seconds, 1),
             "wall_seconds": round(time.time() - started, 1), "student_dir": str(result.student_dir),
             "settings": {"loss": cfg["loss"], "train": cfg["train"], "student": cfg["student"]}}
     return write_report(out, results, info)

@@ -94,8 +94,10 @@ for _fmt in (
                  summary="raw strings in: SentencePiece inside the graph, onnxruntime + onnxruntime-extensions",
                  quantize_help="none, dynamic (int8 encoder)"),
     BundleFormat("tflite-mediapipe", "tinyglot.export.tflite_mediapipe:export_tflite_mediapipe", ("none", "dynamic"),
-                 "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle", "mediapipe", ("standalone", "card"),
-                 True, summary="raw strings in MediaPipe's TextEmbedder: TFLite Metadata with the SentencePiece model",
+                 "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle", "mediapipe",
+                 ("standalone", "card", "input_shape"), True,
+                 summary="raw strings in MediaPipe's TextEmbedder: TFLite Metadata with the SentencePiece model; "
+                         "dynamic input length where TensorFlow can convert the model",
                  quantize_help="none, dynamic (dynamic-range int8)"),
 ):
     register_format(_fmt)

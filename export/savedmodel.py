@@ -194,11 +194,20 @@ def build_savedmodel(model_dir: str | Path, tokenizer_path: str | Path, out: str
     """Build the SavedModel at ``out`` from a transformers BertModel folder in a ``USE_TF=1`` subprocess.
 
     Returns the subprocess's report (``graph_ids``: the graph's token ids of ``check_sentences``)."""
-    out = Path(out)
-    with tempfile.TemporaryDirectory(prefix="tinyglot-savedmodel-") as tmp:
-        spec = {"model_dir": str(Path(model_dir).resolve()), "tokenizer": str(Path(tokenizer_path).resolve()),
-                "out": str(out.resolve()), "max_len": int(max_len), "check_sentences": list(check_sentences),
-                "threads": int(threads), "pooling": pooling, "result": str(Path(tmp) / "result.json")}
+    spec = {"model_dir": str(Path(model_dir).resolve()), "tokenizer": str(Path(tokenizer_path).resolve()),
+            "out": str(Path(out).resolve()), "max_len": int(max_len), "check_sentences": list(check_sentences),
+            "threads": int(threads), "pooling": pooling}
+    return run_tf_subprocess("tinyglot.export.savedmodel", spec, threads, timeout, "building the SavedModel",
+                             "check that tensorflow, tf-keras, tensorflow-text and transformers<5 are installed "
+                             "(pip install 'tinyglot[tf]')")
+
+
+def run_tf_subprocess(module: str, spec: dict, threads: int, timeout: float, what: str, fix: str) -> dict:
+    """``python -m module --spec SPEC.json`` with ``USE_TF=1`` (transformers' TF classes on, whatever this
+    process imported): the module's ``_main`` reads ``spec`` and writes its result dict to
+    ``spec["result"]``, which is returned.  A failure is a TinyglotError naming ``what`` and ``fix``."""
+    with tempfile.TemporaryDirectory(prefix="tinyglot-tf-") as tmp:
+        spec = {**spec, "result": str(Path(tmp) / "result.json")}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         # transformers enables its TF classes only if USE_TF is true AND USE_TORCH is not "1"
         env = {k: v for k, v in os.environ.items() if k != "USE_TORCH"}
@@ -206,14 +215,11 @@ def build_savedmodel(model_dir: str | Path, tokenizer_path: str | Path, out: str
                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                "OMP_NUM_THREADS": str(max(1, int(threads))), "TF_NUM_INTRAOP_THREADS": str(max(1, int(threads))),
                "TF_NUM_INTEROP_THREADS": "1"}
-        cmd = [sys.executable, "-m", "tinyglot.export.savedmodel", "--spec", str(Path(tmp) / "spec.json")]
-        proc = subprocess.run(cmd,
-                              env=env, capture_output=True, text=True, timeout=timeout)
+        cmd = [sys.executable, "-m", module, "--spec", str(Path(tmp) / "spec.json")]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-            raise TinyglotError(f"building the SavedModel failed (exit {proc.returncode}):\n{tail}",
-                                "check that tensorflow, tf-keras, tensorflow-text and transformers<5 are installed "
-                                "(pip install 'tinyglot[tf]')")
+            raise TinyglotError(f"{what} failed (exit {proc.returncode}):\n{tail}", fix)
         return json.loads((Path(tmp) / "result.json").read_text(encoding="utf-8"))
 
 
@@ -396,7 +402,7 @@ def export_savedmodel(
 
 
 __all__ = ["SavedModelConverter", "SavedModelEncoder", "build_savedmodel", "export_savedmodel",
-           "load_savedmodel_bundle"]
+           "load_savedmodel_bundle", "run_tf_subprocess"]
 
 
 if __name__ == "__main__":

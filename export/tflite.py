@@ -221,16 +221,26 @@ def shorten_tensor_names(path: str | Path) -> dict:
     buffers (shared by the signatures) and the signature defs are unchanged.
     Returns ``{"bytes_before", "bytes_after"}``.
     """
+    def shorten(model) -> None:
+        for sg in model.subgraphs:
+            keep = set(sg.inputs or []) | set(sg.outputs or [])
+            for i, tensor in enumerate(sg.tensors):
+                if i not in keep:
+                    tensor.name = f"t{i}"
+
+    before = Path(path).stat().st_size
+    return {"bytes_before": before, "bytes_after": rewrite_tflite(path, shorten)}
+
+
+def rewrite_tflite(path: str | Path, edit: Callable[[Any], None]) -> int:
+    """Apply ``edit`` to the flatbuffer object model (``schema_py_generated.ModelT``) of the .tflite file
+    ``path`` and write it back in place, buffers 16-byte aligned as the converter writes them; returns
+    the new size in bytes."""
     from ai_edge_litert.tools import flatbuffer_utils as fu
 
     path = Path(path)
-    before = path.stat().st_size
     model = fu.read_model_from_bytearray(bytearray(path.read_bytes()))
-    for _g, sg in enumerate(model.subgraphs):
-        keep = set(sg.inputs or []) | set(sg.outputs or [])
-        for i, tensor in enumerate(sg.tensors):
-            if i not in keep:
-                tensor.name = f"t{i}"
+    edit(model)
     aligned = _aligned_buffer_class()
     for i, buf in enumerate(model.buffers):
         new = aligned()
@@ -240,7 +250,7 @@ def shorten_tensor_names(path: str | Path) -> dict:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-    return {"bytes_before": before, "bytes_after": len(data)}
+    return len(data)
 
 
 def tflite_stats(path: str | Path) -> dict:
@@ -527,6 +537,7 @@ def export_tflite(
 
 __all__ = [
     "DEFAULT_BATCH_SIZES", "DEFAULT_BUCKETS", "TFLiteConverter", "TFLiteEncoder", "convert_module", "export_tflite",
-    "load_tflite_bundle", "parse_ints", "resolve_buckets", "shorten_tensor_names", "signature_name", "tflite_stats",
+    "load_tflite_bundle", "parse_ints", "resolve_buckets", "rewrite_tflite", "shorten_tensor_names", "signature_name",
+    "tflite_stats",
     "verify_quantized",
 ]

@@ -10,9 +10,26 @@ BERT model, handled by ``BertPreprocessorCalculator``, which
    ``PieceToId``: our vocabulary has no ``[CLS]``/``[SEP]``, so both become ``<unk>`` (id 1);
 3. fills ``ids``, ``mask`` (1 on those tokens) and ``segment_ids`` (0), padded to ``seq``.
 
-So the file takes ``ids``/``mask``/``segment_ids`` of shape ``[1, max_len + 2]`` and, inside the
-graph, drops the first and the last real position (``ids[:, 1:-1]``, ``mask[:, 2:]``): the
-encoder sees exactly tinyglot's ``max_len`` ids at positions 0.., mean-pools and L2-normalises.
+The file takes ``ids``/``mask``/``segment_ids`` and, inside the graph, drops the first and the last
+real position (``ids[:, 1:-1]``, ``mask[:, 2:]``): the encoder sees exactly tinyglot's ids (at most
+``max_len``) at positions 0.., mean-pools and L2-normalises.  Their shape (``input_shape``):
+
+- ``dynamic`` (the default where it can be built): ``[1, n]`` with ``n`` free (shape signature
+  ``[1, -1]``).  MediaPipe's BERT pre-processing then sizes the tensors to the string itself
+  (``has_dynamic_input_tensors`` in ``text_preprocessing_graph.cc``: ``[CLS] pieces [SEP]``, no
+  padding and no truncation), so a 16-token sentence costs what 16 tokens cost; the graph cuts at
+  ``max_len`` itself.  MediaPipe accepts only a single subgraph, so per-length signatures are no
+  option; a dynamic sequence length does not convert with litert-torch either (its lowering of
+  BERT's position slicing needs static shapes), so this file is converted by TensorFlow's
+  TFLiteConverter from the TensorFlow twin of the source's transformers model (the SavedModel
+  export's :func:`~tinyglot.export.savedmodel.tf_twin`, in a ``USE_TF=1`` subprocess; int8: its
+  dynamic-range quantization).  Needs TensorFlow and tf-keras (``tinyglot[tf]``) and a source
+  that is a plain transformers model (LEALLA and multi-stage students);
+- ``fixed``: ``[1, max_len + 2]``, converted with litert-torch from the PyTorch module (any source):
+  MediaPipe pads every string to that length, so every sentence costs as much as the longest.
+
+``auto`` (the default) is ``dynamic`` where it can be built and ``fixed`` otherwise (the export says
+why, and ``config.json`` records the shape).
 Because of step 1 the vocabulary must fold case (``nmt_nfkc_cf``, tinyglot's default); a
 case-sensitive one is refused.  The other MediaPipe text model types do not fit: the
 single-input "Gecko" path (``SentencePiecePreprocessorCalculator``) adds BOS/EOS ids our
@@ -57,6 +74,7 @@ INPUT_NAMES = ("ids", "mask", "segment_ids")  # the metadata names MediaPipe's B
 HEADS = ("sentence_embedding", "token_ids")
 SIGNATURE = "serving_default"
 MODES = ("none", "dynamic")
+INPUT_SHAPES = ("auto", "dynamic", "fixed")  # see the module docstring
 MIN_PARSER_VERSION = "1.1.0"
 MAX_P1_DROP = 0.3
 
@@ -146,8 +164,120 @@ def convert(module, path: str | Path, max_len: int, mode: str, vocab_size: int) 
     return Path(path)
 
 
+def dynamic_unavailable(source: Source) -> str:
+    """Why the dynamic-shape file cannot be built from ``source`` ("" when it can): it needs a plain
+    transformers model (its TensorFlow twin) and TensorFlow with tf-keras installed."""
+    import importlib.util
+
+    from tinyglot.registry import KINDS
+
+    kind = KINDS.get(str(source.config.get("kind")))
+    if kind is None or kind.transformers_folder is None:
+        return f"a {source.config.get('kind')!r} model is a torch checkpoint, not a transformers model"
+    if source.config.get("extra_weights"):
+        return f"{source.path} has {', '.join(source.config['extra_weights'])} on top of its transformers model"
+    missing = [m for m in ("tensorflow", "tf_keras") if importlib.util.find_spec(m) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (pip install 'tinyglot[tf]')"
+    return ""
+
+
+def _dynamic_module(bert, max_len: int):
+    """The ``tf.Module`` converted for ``input_shape="dynamic"``: MediaPipe's BERT inputs ``[1, n]`` ->
+    ``{sentence_embedding, token_ids}`` with the TensorFlow twin ``bert`` of the source."""
+    import tensorflow as tf
+
+    class MediaPipeDynamic(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name="tinyglot_mediapipe")
+            self.bert = bert
+
+        @tf.function(input_signature=[tf.TensorSpec([1, None], tf.int32, name=n) for n in INPUT_NAMES])
+        def serve(self, ids, mask, segment_ids):
+            # [CLS] t0 .. tk [SEP] (pad..): token j is at j + 1 and is real iff mask[j + 2] == 1 (padded or
+            # not).  A zero column keeps one position for a string without tokens; MediaPipe does not cut
+            # dynamic-shape inputs, so the graph keeps the first max_len (a slice past the end is clamped).
+            # segment_ids are all 0; adding 0 * them keeps the third input in the graph.
+            zero = tf.zeros([1, 1], tf.int32)
+            real = tf.concat([ids[:, 1:-1] + 0 * segment_ids[:, 1:-1], zero], axis=1)[:, :max_len]
+            real_mask = tf.concat([mask[:, 2:], zero], axis=1)[:, :max_len]
+            hidden = self.bert(input_ids=real, attention_mask=real_mask, training=False).last_hidden_state
+            m = tf.cast(tf.expand_dims(real_mask, -1), hidden.dtype)  # expand_dims, not [..., None]: converts
+            emb = tf.reduce_sum(hidden * m, axis=1) / tf.maximum(tf.reduce_sum(m, axis=1), 1.0)
+            emb = emb / tf.maximum(tf.norm(emb, axis=-1, keepdims=True), 1e-12)
+            seen = tf.cast(real * real_mask, tf.float32)
+            seen = tf.reshape(tf.pad(seen, [[0, 0], [0, max_len - tf.shape(seen)[1]]]), [1, max_len])
+            return {HEADS[0]: emb, HEADS[1]: seen}
+
+    return MediaPipeDynamic()
+
+
+def _build_dynamic(spec: dict) -> dict:
+    """Runs in the ``USE_TF=1`` subprocess: the TF twin of ``spec["model_dir"]`` in :func:`_dynamic_module`,
+    converted by TFLiteConverter (``mode`` dynamic: its dynamic-range int8) to ``spec["out"]``."""
+    import tensorflow as tf
+
+    from .savedmodel import _tf_threads, tf_twin
+
+    _tf_threads(int(spec.get("threads", 1)))
+    module = _dynamic_module(tf_twin(Path(spec["model_dir"])), int(spec["max_len"]))
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([module.serve.get_concrete_function()], module)
+    if spec["mode"] == "dynamic":
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    Path(spec["out"]).write_bytes(conv.convert())
+    return {"tf_version": tf.__version__}
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import json
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2 or argv[0] != "--spec":
+        print("usage: python -m tinyglot.export.tflite_mediapipe --spec SPEC.json  (internal)", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    Path(spec["result"]).write_text(json.dumps(_build_dynamic(spec)), encoding="utf-8")
+    return 0
+
+
+def convert_dynamic(model_dir: str | Path, path: str | Path, max_len: int, mode: str, threads: int = 1,
+                    timeout: float = 1800) -> dict:
+    """TFLite file with ``[1, n]`` inputs (``input_shape="dynamic"``) from the transformers model folder
+    ``model_dir``, built in a ``USE_TF=1`` subprocess; returns its report (``tf_version``)."""
+    from .savedmodel import run_tf_subprocess
+
+    spec = {"model_dir": str(Path(model_dir).resolve()), "out": str(Path(path).resolve()), "max_len": int(max_len),
+            "mode": mode, "threads": int(threads)}
+    return run_tf_subprocess("tinyglot.export.tflite_mediapipe", spec, threads, timeout,
+                             "converting the dynamic-shape MediaPipe file with TensorFlow",
+                             "check that tensorflow, tf-keras and transformers<5 are installed (pip install "
+                             "'tinyglot[tf]'), or export with input_shape='fixed'")
+
+
+def heads_first(path: str | Path) -> None:
+    """Put the subgraph's outputs in :data:`HEADS` order (the embedding first), by the signature's output
+    names: MediaPipe lists a model's embeddings in output order, and apps take ``embeddings[0]``.
+    TensorFlow's converter orders them its own way; a file whose outputs are not named after the heads
+    (litert-torch's, already in order) is left as it is."""
+    from .tflite import rewrite_tflite
+
+    def text(value) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def reorder(model) -> None:
+        sig = next(s for s in model.signatureDefs if text(s.signatureKey) == SIGNATURE)
+        index = {text(t.name): t.tensorIndex for t in sig.outputs}
+        if sorted(index) == sorted(HEADS):
+            model.subgraphs[sig.subgraphIndex].outputs = [index[h] for h in HEADS]
+            sig.outputs.sort(key=lambda t: HEADS.index(text(t.name)))
+
+    rewrite_tflite(path, reorder)
+
+
 def _io_names(path: str | Path) -> tuple[list[str], list[str]]:
-    """Tensor names of the subgraph's inputs (ordered as ``INPUT_NAMES``) and outputs."""
+    """Tensor names of the subgraph's inputs (ordered as ``INPUT_NAMES``), and the head name of each of
+    its outputs in their order: the signature's output names where they are the heads (TensorFlow's
+    file), else the heads in the order the module returns them (litert-torch's ``output_0``, ..)."""
     from ai_edge_litert.interpreter import Interpreter
 
     it = Interpreter(model_path=str(path))
@@ -159,7 +289,10 @@ def _io_names(path: str | Path) -> tuple[list[str], list[str]]:
             raise TinyglotError(f"{path}: cannot find the input {want!r} among {sorted(inputs)}",
                                 "report this with the model's config.json")
         ordered.append(match[0])
-    return ordered, [d["name"] for d in it.get_output_details()]
+    outputs = [d["index"] for d in it.get_output_details()]
+    named = {d["index"]: name for name, d in it.get_signature_runner(SIGNATURE).get_output_details().items()}
+    heads = [named.get(i, "") for i in outputs]
+    return ordered, heads if sorted(heads) == sorted(HEADS) else list(HEADS[:len(outputs)])
 
 
 def _metadata_writer():
@@ -187,16 +320,18 @@ def write_metadata(src: str | Path, dst: str | Path, sp_model: str | Path, dim: 
     """Add TFLite Metadata: BERT text input with the SentencePiece tokenizer process unit (the
     ``tokenizer.model`` file packed inside) and the two embedding heads."""
     mw = _metadata_writer()
-    inputs, outputs = _io_names(src)
-    if len(outputs) != len(HEADS):
-        raise TinyglotError(f"{src} has {len(outputs)} outputs, expected {len(HEADS)}")
+    inputs, heads = _io_names(src)
+    if len(heads) != len(HEADS):
+        raise TinyglotError(f"{src} has {len(heads)} outputs, expected {len(HEADS)}")
     writer = mw.MetadataWriter.create(bytearray(Path(src).read_bytes()))
     writer.add_general_info("tinyglot sentence encoder",
                             f"Raw text in, L2-normalised sentence embedding (dim {dim}) out; SentencePiece "
                             f"tokenizer in the metadata; the first {max_len} tokens count.")
     writer.add_bert_text_input(mw.SentencePieceTokenizer(sentence_piece_model_path=str(sp_model)), *inputs)
-    writer.add_feature_output(name=HEADS[0], description="L2-normalised mean-pooled sentence embedding")
-    writer.add_feature_output(name=HEADS[1], description="SentencePiece ids the encoder saw (0 = padding)")
+    about = {HEADS[0]: "L2-normalised mean-pooled sentence embedding",
+             HEADS[1]: "SentencePiece ids the encoder saw (0 = padding)"}
+    for head in heads:  # in the order of the subgraph's outputs
+        writer.add_feature_output(name=head, description=about[head])
     model, _ = writer.populate()
     Path(dst).write_bytes(bytes(model))
     return Path(dst)
@@ -275,7 +410,11 @@ class MediaPipeConverter(StringBundleConverter):
     TextEmbedder, again in a process with mediapipe only, and a model card."""
 
     mode: str = "none"
+    input_shape: str = "auto"  # what was asked (INPUT_SHAPES); ``shape`` is what was built
     width: int = 0
+    shape: str = ""
+    shape_note: str = ""  # why ``auto`` built a fixed-shape file
+    tf_version: str = ""
     standalone_script: str = STANDALONE_MEDIAPIPE
     standalone_runtime: str = "mediapipe"
 
@@ -290,17 +429,42 @@ class MediaPipeConverter(StringBundleConverter):
     def convert(self, source: Source, work: Path, say: Callable[[str], None]) -> dict:
         from .tflite import _n_params, shorten_tensor_names, verify_quantized
 
+        from tinyglot.registry import KINDS
+
         max_len = source.max_len
         self.width = int(source.reference().encode(["a"]).shape[1])
-        say(f"converting {source.path} ({source.config.get('kind')}) with litert-torch for MediaPipe: inputs "
-            f"[1, {max_len + 2}], quantization {self.mode}")
-        raw = convert(mediapipe_module_class()(source.model), work / "raw.tflite", max_len, self.mode,
-                      source.tokenizer.vocab_size)
-        shorten_tensor_names(raw)
+        self.shape = self.choose_shape(source)
+        raw = work / "raw.tflite"
+        if self.shape == "dynamic":
+            say(f"converting {source.path} ({source.config.get('kind')}) with TensorFlow for MediaPipe: inputs "
+                f"[1, n] (dynamic: each string at its own length, cut at {max_len} tokens), quantization "
+                f"{self.mode}")
+            folder = source.path / str(KINDS[source.config["kind"]].transformers_folder)
+            self.tf_version = convert_dynamic(folder, raw, max_len, self.mode, self.threads)["tf_version"]
+            heads_first(raw)
+            if self.mode == "dynamic":
+                self.quantization = {**self.quantization, "recipe": "TFLiteConverter optimizations=[DEFAULT]"}
+        else:
+            say(f"converting {source.path} ({source.config.get('kind')}) with litert-torch for MediaPipe: inputs "
+                f"[1, {max_len + 2}] (fixed)" + (f" because {self.shape_note}" if self.shape_note else "")
+                + f", quantization {self.mode}")
+            convert(mediapipe_module_class()(source.model), raw, max_len, self.mode, source.tokenizer.vocab_size)
+            shorten_tensor_names(raw)
         stats = verify_quantized(raw, self.mode, 4 * _n_params(source.model))
         source.tokenizer.save(work / TOKENIZER)
         write_metadata(raw, work / MODEL_FILE, work / TOKENIZER, self.width, max_len)
         return stats
+
+    def choose_shape(self, source: Source) -> str:
+        """``dynamic`` or ``fixed`` for :attr:`input_shape` (``auto``: dynamic where it can be built)."""
+        if self.input_shape == "fixed":
+            return "fixed"
+        why = dynamic_unavailable(source)
+        if why and self.input_shape == "dynamic":
+            raise TinyglotError(f"cannot build a dynamic-shape MediaPipe file: {why}",
+                                "export with input_shape='fixed' (every string costs max_len tokens)")
+        self.shape_note = why
+        return "fixed" if why else "dynamic"
 
     def open(self, out: Path, source: Source) -> MediaPipeTextEncoder:
         return MediaPipeTextEncoder(out / MODEL_FILE, source.max_len)
@@ -315,12 +479,20 @@ class MediaPipeConverter(StringBundleConverter):
         import mediapipe
 
         max_len = source.max_len
-        return {"tflite": {"converter": "litert-torch", "inputs": list(INPUT_NAMES), "input_shape": [1, max_len + 2],
+        dynamic = self.shape == "dynamic"
+        shape = {"converter": f"tensorflow {self.tf_version} (TFLiteConverter, the TF twin of the transformers model)"
+                 if dynamic else "litert-torch", "input_shape": [1, -1] if dynamic else [1, max_len + 2],
+                 "sequence": "dynamic: MediaPipe feeds [CLS] pieces [SEP] at their own length" if dynamic
+                 else "fixed: MediaPipe pads every string to max_len + 2"}
+        if self.shape_note:
+            shape["fixed_because"] = self.shape_note
+        return {"tflite": {**shape, "inputs": list(INPUT_NAMES),
                            "input_dtype": "int32", "heads": list(HEADS), "weights": stats["weights"],
                            "metadata": f"BERT text input + SentencePiece tokenizer process unit (min parser "
                                        f"{MIN_PARSER_VERSION})",
                            "checked_with": f"mediapipe {getattr(mediapipe, '__version__', '?')}",
-                           "truncation": f"first {max_len} SentencePiece ids of the whole string (MediaPipe)",
+                           "truncation": f"first {max_len} SentencePiece ids of the whole string "
+                                         + ("(inside the graph)" if dynamic else "(MediaPipe)"),
                            "empty_sentence": "zero vector in MediaPipe; TinyglotError in tinyglot.load"},
                 "tokenisation": "MediaPipe (metadata)"}
 
@@ -340,11 +512,15 @@ def export_tflite_mediapipe(
     parity_gate: bool = True,
     standalone: bool = True,
     card: bool = True,
+    input_shape: str = "auto",
     say: Callable[[str], None] = lambda msg: None,
 ) -> ExportResult:
     """Export the student or teacher at ``model`` to a TFLite file MediaPipe's TextEmbedder opens.
 
-    ``quantization``: ``none`` (fp32) or ``dynamic`` (dynamic-range int8).  Parity: in this process
+    ``quantization``: ``none`` (fp32) or ``dynamic`` (dynamic-range int8).  ``input_shape``: ``dynamic``
+    (``[1, n]``: short strings cost less; TensorFlow conversion of a transformers model), ``fixed``
+    (``[1, max_len + 2]``, litert-torch, any model) or ``auto`` (dynamic where it can be built; see the
+    module docstring).  Parity: in this process
     through MediaPipe's TextEmbedder, then (``standalone``) in a process that imports only
     mediapipe (token ids from the ``token_ids`` head).  ``config.json`` is written last, only if
     the gates pass (or not ``parity_gate``).  ``card``: write the bundle's README.md."""
@@ -355,11 +531,15 @@ def export_tflite_mediapipe(
     if quantization not in MODES:
         raise TinyglotError(f"--quantize {quantization} is not available for tflite-mediapipe",
                             f"choose one of: {', '.join(MODES)}")
+    if input_shape not in INPUT_SHAPES:
+        raise TinyglotError(f"input_shape {input_shape!r} is not one of {', '.join(INPUT_SHAPES)}",
+                            "dynamic: each string at its own length; fixed: [1, max_len + 2]; auto: dynamic "
+                            "where it can be built")
     qdict = {"mode": quantization, "name": quantization,
              "recipe": "quant_recipes.full_dynamic_recipe" if quantization == "dynamic" else None}
     converter = MediaPipeConverter(fmt=FORMAT, loader=LOADER, label=f"tflite-mediapipe {quantization}",
                                    quantization=qdict, model_files=(MODEL_FILE,), mode=quantization, threads=threads,
-                                   standalone=standalone, card=card)
+                                   standalone=standalone, card=card, input_shape=input_shape)
     return export_bundle(converter, model, out, testset=testset, max_sentences=max_sentences, gates=gates,
                          parity_gate=parity_gate, say=say)
 
@@ -430,10 +610,22 @@ With tinyglot: `tinyglot.load("<this folder>").encode(["Hallo Welt"])` runs the 
 ## Limits
 
 MediaPipe lower-cases ASCII before SentencePiece (harmless: this vocabulary folds case itself)
-and tokenises the whole string before truncating. Inputs `ids`/`mask`/`segment_ids` are
-`[1, {cfg['max_len'] + 2}]` int32 (`[CLS]` and `[SEP]` are dropped inside the graph).
+and tokenises the whole string before truncating. {_shape_paragraph(cfg)}
 Quantization: {q}. Checked with {cfg.get('tflite', {}).get('checked_with', 'mediapipe')}.
 {parity}"""
+
+
+def _shape_paragraph(cfg: dict) -> str:
+    """The card's sentence on the input shape (a bundle written before ``input_shape`` is fixed)."""
+    shape = cfg.get("tflite", {}).get("input_shape") or [1, cfg["max_len"] + 2]
+    if shape[-1] == -1:
+        return ("Inputs `ids`/`mask`/`segment_ids` are int32 `[1, n]` with a dynamic `n`: MediaPipe sizes them "
+                "to each string (`[CLS]` pieces `[SEP]`), so a short sentence costs less than a long one; the "
+                f"graph drops `[CLS]`/`[SEP]` and keeps the first {cfg['max_len']} tokens (checked with MediaPipe "
+                "0.10.15 and 1.2, and `@mediapipe/tasks-text` 1.0 in the browser).")
+    return (f"Inputs `ids`/`mask`/`segment_ids` are `[1, {shape[-1]}]` int32 (`[CLS]` and `[SEP]` are dropped "
+            "inside the graph): every string is padded to that length, so a short sentence costs as much as "
+            "a long one.")
 
 
 def write_model_card(out: str | Path, cfg: dict, report: ParityReport | None = None) -> Path:
@@ -444,5 +636,9 @@ def write_model_card(out: str | Path, cfg: dict, report: ParityReport | None = N
     return path
 
 
-__all__ = ["MediaPipeTextEncoder", "export_tflite_mediapipe", "load_tflite_mediapipe_bundle",
-           "mediapipe_module_class", "model_card", "write_metadata"]
+__all__ = ["INPUT_SHAPES", "MediaPipeTextEncoder", "convert_dynamic", "dynamic_unavailable", "export_tflite_mediapipe",
+           "load_tflite_mediapipe_bundle", "mediapipe_module_class", "model_card", "write_metadata"]
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -14,6 +15,7 @@ from tinyglot.export.tflite_mediapipe import (
     MediaPipeTextEncoder,
     export_tflite_mediapipe,
 )
+from tinyglot.export import tflite_mediapipe
 
 import tinyglot
 from tinyglot.errors import TinyglotError
@@ -24,6 +26,8 @@ from .test_tokenizer import TRICKY
 N = 25
 SENTENCES = ["Datei öffnen", "OPEN THE FILE", "ファイルを開く 😀", "Откройте диалоговое окно\u00a0и\tвыберите",
              "ＦＵＬＬ　ｗｉｄｔｈ", "word " * 300]
+# the default (input_shape="auto") builds the dynamic-shape file where TensorFlow and tf-keras are installed
+DYNAMIC = all(importlib.util.find_spec(m) is not None for m in ("tensorflow", "tf_keras"))
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +85,7 @@ def test_bundle_config_card_and_standalone_parity(mp_bundle, mp_int8_bundle):
     for result, min_cos in ((mp_bundle, 0.999), (mp_int8_bundle, 0.99)):
         assert result.parity.passed, result.parity.failures
         cfg = json.loads((result.out / "config.json").read_text())
-        assert cfg["format"] == "tflite-mediapipe" and cfg["tflite"]["input_shape"] == [1, 50]
+        assert cfg["format"] == "tflite-mediapipe" and cfg["tflite"]["input_shape"] == ([1, -1] if DYNAMIC else [1, 50])
         card = (result.out / "README.md").read_text()
         assert "TextEmbedder.createFromOptions" in card and '"model.tflite"' in card and "Swift" in card
         sa = json.loads((result.out / "parity.json").read_text())["standalone"]
@@ -146,3 +150,60 @@ def test_onnx_text_bundles_still_open_after_a_mediapipe_bundle(mp_bundle, studen
                           text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert float(proc.stdout.split("cosine")[-1]) > 0.999
+
+
+def _input_shapes(path) -> list[list[int]]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    return [d["shape_signature"].tolist() for d in Interpreter(model_path=str(path)).get_input_details()]
+
+
+@pytest.mark.skipif(not DYNAMIC, reason="the dynamic-shape file is converted with TensorFlow and tf-keras")
+def test_dynamic_input_runs_each_string_at_its_own_length(mp_bundle, student_dir):
+    """[1, n] inputs: MediaPipe sizes them to the string (no padding to max_len), the graph keeps the first
+    max_len tokens; the rows equal the PyTorch student's at every length, none to 1 MB."""
+    assert _input_shapes(mp_bundle.out / "model.tflite") == [[1, -1]] * 3
+    cfg = json.loads((mp_bundle.out / "config.json").read_text())
+    assert "dynamic" in cfg["tflite"]["sequence"] and "(inside the graph)" in cfg["tflite"]["truncation"]
+    assert "dynamic `n`" in (mp_bundle.out / "README.md").read_text()
+    ref, tok, max_len = _reference(student_dir)
+    words = ["Откройте", "диалоговое", "окно", "и", "выберите", "нужный", "параметр", "из", "списка"]
+    texts = [" ".join(words[: n % len(words) + 1] * (n // len(words) + 1)) for n in range(0, 70, 3)]
+    enc = tinyglot.load(mp_bundle.out)
+    try:
+        lengths = set()
+        for text in texts:
+            emb, ids = enc.run_text(text)
+            assert ids == tok.tokenize(text)[:max_len]
+            lengths.add(len(ids))
+            want = ref.encode([text])[0]
+            assert float(emb @ want) >= 0.999
+        assert min(lengths) < 10 and max(lengths) == max_len  # short, long and truncated strings
+    finally:
+        enc.close()
+
+
+def test_fixed_shape_when_the_dynamic_file_cannot_be_built(student_dir, tmp_path, monkeypatch):
+    """``auto`` falls back to the fixed [1, max_len + 2] file (litert-torch) and says why; such a bundle, like
+    every bundle written before dynamic shapes, loads and matches the student; ``dynamic`` refuses instead."""
+    monkeypatch.setattr(tflite_mediapipe, "dynamic_unavailable", lambda source: "no TensorFlow here (test)")
+    said: list[str] = []
+    result = export_tflite_mediapipe(student_dir, tmp_path / "fixed", "none", max_sentences=5, standalone=False,
+                                     say=said.append)
+    assert result.parity.passed, result.parity.failures
+    cfg = result.config
+    assert cfg["tflite"]["input_shape"] == [1, 50] and cfg["tflite"]["fixed_because"] == "no TensorFlow here (test)"
+    assert cfg["tflite"]["converter"] == "litert-torch" and any("no TensorFlow here" in m for m in said)
+    assert _input_shapes(result.out / "model.tflite") == [[1, 50]] * 3
+    assert "`[1, 50]` int32" in (result.out / "README.md").read_text()
+    ref, _, _ = _reference(student_dir)
+    enc = tinyglot.load(result.out)
+    try:
+        got = enc.encode(SENTENCES)
+    finally:
+        enc.close()
+    assert float(((got * ref.encode(SENTENCES)).sum(axis=1)).min()) >= 0.999
+    with pytest.raises(TinyglotError, match="no TensorFlow here"):
+        export_tflite_mediapipe(student_dir, tmp_path / "dyn", "none", input_shape="dynamic", standalone=False)
+    with pytest.raises(TinyglotError, match="input_shape"):
+        export_tflite_mediapipe(student_dir, tmp_path / "bad", "none", input_shape="ragged")

@@ -114,12 +114,14 @@ def test_a_registered_format_reaches_the_cli_the_pipeline_and_the_bench(fake_for
 
 
 def _old_cli_kwargs(fmt: str) -> tuple[str, dict]:
-    """What ``tinyglot export --format FMT`` passed each exporter before the records (defaults)."""
+    """What ``tinyglot export --format FMT`` passes each exporter by default (as before the records, plus
+    tflite-mediapipe's input shape)."""
     from tinyglot.export.tflite import DEFAULT_BATCH_SIZES, DEFAULT_BUCKETS
 
     common = dict(threads=1, max_sentences=100, parity_gate=True)
     return "none", {"onnx": dict(common, optimize="transformers"),
-                    "tflite": dict(common, buckets=DEFAULT_BUCKETS, batch_sizes=DEFAULT_BATCH_SIZES)}.get(fmt, common)
+                    "tflite": dict(common, buckets=DEFAULT_BUCKETS, batch_sizes=DEFAULT_BATCH_SIZES),
+                    "tflite-mediapipe": dict(common, input_shape="auto")}.get(fmt, common)
 
 
 @pytest.mark.parametrize("name", ["onnx", "tflite", "savedmodel", "onnx-text", "tflite-mediapipe"])

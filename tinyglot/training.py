@@ -161,6 +161,7 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
 MMAP_THRESHOLD = 128 << 10
 TRIM_THRESHOLD = 128 << 10
 TRIM_EVERY = 50  # training steps between two release_free_memory() calls
+TRIM_GROWTH = 1 << 62  # resident growth (bytes) since the last trim that triggers one (HeapTrimmer)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
@@ -200,6 +201,50 @@ def limit_allocator_growth() -> bool:
         libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     libc.malloc_trim(0)
     return applied
+
+
+def resident_bytes() -> int | None:
+    """The resident set size of this process (Linux ``/proc/self/statm``), or None elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class HeapTrimmer:
+    """Calls :func:`release_free_memory` after a training step when the resident size has grown by
+    ``TRIM_GROWTH`` bytes since the last call, and every ``TRIM_EVERY`` steps in any case.
+
+    With a high mmap threshold the blocks a step frees stay in the heap for the next steps; the ones no
+    later tensor fits in (batch shapes vary) would pile up.  Trimming them when they add up to
+    ``TRIM_GROWTH`` bounds the resident size at a page fault per trimmed page, instead of one per page of
+    every large tensor at every step."""
+
+    def __init__(self) -> None:
+        self.applies = _glibc() is not None
+        self.base: int | None = None  # the resident size after the first step since the last trim
+        self.trims = 0
+
+    def after_step(self, step: int) -> bool:
+        """Trim if due; True if it trimmed."""
+        if not self.applies:
+            return False
+        rss = resident_bytes()
+        if self.base is None:  # this step's working set is back in memory: measure growth from here
+            self.base = rss
+        grown = rss is not None and self.base is not None and rss - self.base > TRIM_GROWTH
+        if not grown and step % TRIM_EVERY:
+            return False
+        return self.trim()
+
+    def trim(self) -> bool:
+        """Trim now (e.g. before an evaluation, whose tensors have other shapes); True if glibc."""
+        if not self.applies:
+            return False
+        release_free_memory()
+        self.base, self.trims = None, self.trims + 1
+        return True
 
 
 def release_free_memory() -> bool:

@@ -22,9 +22,8 @@ import torch
 from tinyglot.config import MAX_BATCH, MAX_THREADS, validate_at_most, validate_positive
 from tinyglot.distributed import DistContext
 from tinyglot.errors import TinyglotError
-from tinyglot.training import (TRIM_EVERY, MetricsLog, Progress, amp_dtype, autocast, limit_allocator_growth,
-                               load_checkpoint, release_free_memory, rng_state, save_checkpoint, set_rng_state,
-                               warmup_linear_decay)
+from tinyglot.training import (HeapTrimmer, MetricsLog, Progress, amp_dtype, autocast, limit_allocator_growth,
+                               load_checkpoint, rng_state, save_checkpoint, set_rng_state, warmup_linear_decay)
 
 log = logging.getLogger("tinyglot.train")
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
@@ -120,6 +119,7 @@ class TrainLoop:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)
         self.step, self.best = 0, None
         limit_allocator_growth()
+        self.trimmer = HeapTrimmer()
 
     # ---------------------------------------------------------------- state
     def resume(self) -> None:
@@ -171,8 +171,7 @@ class TrainLoop:
                     self._evaluate(evaluate)
                 if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                     self.save()
-                if self.step % TRIM_EVERY == 0:
-                    release_free_memory()
+                self.trimmer.after_step(self.step)
                 if on_step is not None:
                     on_step(self.step)
         return LoopResult(self.step, time.time() - t0, self.best, last_loss)
@@ -218,6 +217,7 @@ class TrainLoop:
 
     def _evaluate(self, evaluate: Callable[[], Any]) -> None:
         if self.ctx.is_main:
+            self.trimmer.trim()  # the training steps' free blocks go back before the dev set's tensors come
             self.model.eval()
             try:
                 result = evaluate()

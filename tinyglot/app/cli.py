@@ -1,4 +1,4 @@
-"""The ``tinyglot`` command line: ``tinyglot data|teacher|eval|distill|export|bench|run ...``.
+"""The ``tinyglot`` command line: ``tinyglot data|teacher|eval|distill|export|bench|run|release|models ...``.
 
 Each command lives in :mod:`tinyglot.app.commands`; this module builds the parser, runs a command and
 holds the options several commands share.
@@ -96,10 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "with a warning; by default they are refused")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    from tinyglot.app.commands import bench, data, distill, export, run, teacher
+    from tinyglot.app.commands import bench, data, distill, export, models, release, run, teacher
     from tinyglot.app.commands import eval as evaluate
 
-    for command in (data, evaluate, teacher, distill, export, bench, run):
+    for command in (data, evaluate, teacher, distill, export, bench, run, release, models):
         command.register(sub)
     # one formatter for every command, whatever its register() chose: defaults stated once, never "None"
     for p in _parsers(parser):

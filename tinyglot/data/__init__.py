@@ -17,7 +17,7 @@ from tinyglot.data.clean import (
     select_languages,
     train_dev_split,
 )
-from tinyglot.data.pairs import Pair
+from tinyglot.data.pairs import PERMISSIVE, Pair, is_permissive
 from tinyglot.data.readers import (
     MAX_LINE_CHARS,
     SUPPORTED_FORMATS,
@@ -33,7 +33,9 @@ from tinyglot.data.readers import (
 )
 
 __all__ = [
+    "PERMISSIVE",
     "Pair",
+    "is_permissive",
     "ReadStats",
     "MAX_LINE_CHARS",
     "SUPPORTED_FORMATS",

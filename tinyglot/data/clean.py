@@ -291,14 +291,14 @@ def train_dev_split(pairs: Iterable[Pair], dev_fraction: float = 0.05,
     The hash covers the seed and the English sentence case-folded with punctuation and spaces
     removed, so a given English sentence (in any language's pair) lands on one side only, and
     the split does not depend on the order or on the other pairs.  About ``dev_fraction`` of
-    the distinct English sentences go to dev.
+    the distinct English sentences go to dev.  Monolingual rows (``en == x``) always go to train.
     """
     if not 0.0 <= dev_fraction <= 1.0:
         raise TinyglotError(f"invalid dev_fraction {dev_fraction}", "use a fraction in [0, 1]")
     train: list[Pair] = []
     dev: list[Pair] = []
     for pair in pairs:
-        (dev if _in_dev(pair.en, dev_fraction, seed) else train).append(pair)
+        (dev if not pair.monolingual and _in_dev(pair.en, dev_fraction, seed) else train).append(pair)
     return train, dev
 
 

@@ -20,13 +20,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from tinyglot.data.pairs import Pair
+from tinyglot.data.pairs import PERMISSIVE, Pair
 from tinyglot.errors import DataError, TinyglotError
 from tinyglot.io import atomic_write_bytes
 from tinyglot.languages import normalize_lang
 
 EMBEDDED_LANGS = ("de", "es", "fr", "it", "ja", "nl", "pt", "ru", "tr", "zh")
-PERMISSIVE = ("MPL-2.0", "BSD-3-Clause", "BSD-2-Clause", "MIT", "Apache-2.0")
 TRAIN_PER_LANG = 4000
 TEST_PER_LANG = 500
 

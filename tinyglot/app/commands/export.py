@@ -42,6 +42,7 @@ OPTION_ARGUMENTS = {
     "optimize": lambda args: args.optimize,
     "buckets": _buckets,
     "batch_sizes": _batch_sizes,
+    "input_shape": lambda args: args.input_shape,
 }
 
 
@@ -145,6 +146,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-sizes", default=None,
                    help="tflite: the batch of each signature (one signature per batch x bucket); default 1, add 8,32 "
                         "for batched serving")
+    p.add_argument("--input-shape", choices=["auto", "dynamic", "fixed"], default="auto",
+                   help="tflite-mediapipe: dynamic ([1, n]: MediaPipe runs each string at its own length, short "
+                        "ones cost less; converted with TensorFlow, needs tinyglot[tf] and a student), fixed ([1, "
+                        "max_len + 2]: every string costs max_len tokens; litert-torch, any model), auto (default: "
+                        "dynamic where it can be built)")
     p.add_argument("--prune-vocab", action="store_true",
                    help="first cut the student's vocabulary to the pieces of --languages (or --corpus), "
                         "then export the pruned student")

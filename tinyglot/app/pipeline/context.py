@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tinyglot.errors import TinyglotError
 from tinyglot.stagecache import Marker, StageStore, hash_json
 
 from .settings import PipelineConfig
@@ -36,6 +37,7 @@ class RunContext:
     resume: bool = False  # set per stage: an interrupted attempt with the same inputs may be resumed
     _pairs: list | None = None
     _testset: dict | None = None
+    _extra: list | None = None
 
     # -------------------------------------------------------------- data
     def train_pairs(self) -> list:
@@ -44,6 +46,8 @@ class RunContext:
 
             d = self.cfg.data
             pairs = load_pairs(d.train or None)
+            if d.permissive_only:
+                pairs = permissive(pairs, d.train or "the embedded corpus")
             if d.languages or d.min_pairs_per_lang:
                 from tinyglot.data import select_languages
                 from tinyglot.languages import language_list
@@ -52,6 +56,11 @@ class RunContext:
                                                d.max_pairs_per_lang or None)[0]
             else:
                 self._pairs = cap_per_lang(pairs, d.max_pairs_per_lang)
+            if d.general:
+                from .settings import general_path
+
+                self._pairs = self._pairs + general_pairs(str(general_path(d.general)), {p.lang for p in self._pairs},
+                                                          d.general_max_per_lang, d.permissive_only)
         return self._pairs
 
     def testset(self) -> dict:
@@ -62,6 +71,16 @@ class RunContext:
             n = self.cfg.data.test_pairs_per_lang
             self._testset = {lang: pairs[:n] if n else pairs for lang, pairs in testset.items()}
         return self._testset
+
+    def extra_testsets(self) -> list[tuple[str, dict]]:
+        """``data.tests`` read: ``(name, {lang: pairs})``, each capped like the main test set."""
+        if self._extra is None:
+            from tinyglot.data.embedded import load_testset
+
+            n = self.cfg.data.test_pairs_per_lang
+            self._extra = [(name, {lang: ps[:n] if n else ps for lang, ps in load_testset(path).items()})
+                           for name, path in self.cfg.data.extra_tests()]
+        return self._extra
 
     def testset_name(self) -> str:
         name = self.cfg.data.test or "embedded test set"
@@ -100,6 +119,29 @@ def cap_per_lang(pairs: list, n: int) -> list:
             seen[p.lang] = seen.get(p.lang, 0) + 1
             out.append(p)
     return out
+
+
+def permissive(pairs: list, name: str) -> list:
+    """The rows of ``pairs`` under a permissive licence; a clear error when none is."""
+    from tinyglot.data import PERMISSIVE, is_permissive
+
+    kept = [p for p in pairs if is_permissive(p.license)]
+    if not kept:
+        raise TinyglotError(f"data.permissive_only: no row of {name} has a permissive licence",
+                            f"rows need a `license` field among {', '.join(PERMISSIVE)}, or set "
+                            "data.permissive_only=false")
+    return kept
+
+
+def general_pairs(path: str, languages: set[str], cap: int, permissive_only: bool = False) -> list:
+    """The rows of the general-domain corpus ``path`` in ``languages`` (the corpus selection's), at most
+    ``cap`` per language drawn at random (seeded; 0 = all); only permissive ones with ``permissive_only``."""
+    from tinyglot.data import select_languages
+    from tinyglot.data.embedded import load_pairs
+
+    pairs = load_pairs(path)
+    return select_languages(permissive(pairs, path) if permissive_only else pairs, sorted(languages), 0,
+                            cap or None)[0]
 
 
 def corpus_path(path: str, test: bool = False) -> Path:

@@ -47,6 +47,15 @@ class Column:
 
 
 @dataclass
+class ExtraTest:
+    """A test set of ``data.tests``: its name, path and one column per model."""
+
+    name: str
+    path: str
+    columns: list[Column]
+
+
+@dataclass
 class ReportData:
     testset: str
     columns: list[Column]
@@ -55,6 +64,8 @@ class ReportData:
     bench_rows: list[dict]
     reference: tuple[int, int, int] | None  # (threads, batch, seq) the models are compared at
     generated: str
+    extra: list[ExtraTest] = field(default_factory=list)
+    regimes: dict = field(default_factory=dict)  # bench/regimes.json: the call regimes
 
     def column(self, kind: str) -> Column | None:
         return next((c for c in self.columns if c.kind == kind), None)
@@ -84,9 +95,14 @@ def collect(ctx: RunContext) -> ReportData:
             col.bench = by_path.get(column_bench_key(col))
         columns.append(col)
     teacher = {**_read_json(ctx.out / "teacher.json"), "spec": ctx.teacher_spec()}
+    extra = [ExtraTest(t["name"], t["testset"],
+                       [Column(m["name"], m["kind"], m["path"], BitextResult.from_dict(m["result"]),
+                               m.get("cached", False)) for m in t["models"]])
+             for t in evals.get("extra", [])]
     return ReportData(evals.get("testset", ""), columns, teacher,
                       _read_json(ctx.out / "distill" / "summary.json"), rows, reference,
-                      _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+                      _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), extra,
+                      _read_json(ctx.out / "bench" / "regimes.json"))
 
 
 def bench_key(target: str) -> str:
@@ -129,6 +145,23 @@ def p1_table(columns: list[Column]) -> str:
     rows = [[lang] + [_pct(100 * c.result.rows[i].mean) for c in columns] for i, lang in enumerate(langs)]
     rows.append(["**average**"] + [f"**{_pct(c.p1)}**" for c in columns])
     return table(["lang"] + [c.name for c in columns], rows)
+
+
+def test_sets_table(data: ReportData) -> str:
+    """Mean P@1 of every model on every test set, and the student's and each bundle's share of the
+    teacher's on each."""
+    sets = [(data.testset, data.columns), *((t.name, t.columns) for t in data.extra)]
+    rows = []
+    for col in data.columns:
+        cells = [col.name]
+        for _, columns in sets:
+            ours = next((c for c in columns if c.name == col.name), None)
+            teacher = next((c for c in columns if c.kind == "teacher"), None)
+            share = (f" ({100 * ours.p1 / teacher.p1:.0f} %)" if ours is not None and teacher is not None
+                     and teacher.p1 > 0 and col.kind in ("student", "bundle") else "")
+            cells.append(_pct(ours.p1 if ours else None) + share)
+        rows.append(cells)
+    return table(["model", *(name for name, _ in sets)], rows)
 
 
 def model_bytes(col: Column, data: ReportData) -> int | None:
@@ -310,6 +343,12 @@ def render_markdown(ctx: RunContext, data: ReportData, figures: list[Path]) -> s
               f"Test set: {data.testset}. P@1 in % (mean of x→en and en→x), cosine retrieval among the pairs of "
               "each language, `tinyglot.evaluation.evaluate_bitext`. TF-IDF is fitted on the training corpus.", "",
               p1_table(data.columns), ""]
+    if data.extra:
+        lines += ["## P@1 on every test set", "",
+                  "Mean P@1 in % per test set (`data.test` first, then `data.tests`); in brackets, the student's "
+                  "and each bundle's share of the teacher's P@1 on the same set.", "", test_sets_table(data), ""]
+        for t in data.extra:
+            lines += [f"### {t.name}: P@1 per language", "", f"Test set: `{t.path}`.", "", p1_table(t.columns), ""]
     lines += ["## Models: dimensions, parameters, size, speed", "",
               "Size: weight files (teacher: its checkpoint; student: the transformers folder; bundle: the model "
               "file). Latency per query and throughput from the bench stage"
@@ -325,6 +364,7 @@ def render_markdown(ctx: RunContext, data: ReportData, figures: list[Path]) -> s
             alt = ("Pareto view: latency vs P@1 and size vs P@1" if "pareto" in fig.name
                    else "latency vs sequence length")
             lines += [f"![{alt}]({fig.relative_to(ctx.out).as_posix()})", ""]
+    lines += regimes_section(data)
     if bundles:
         lines += ["## Export parity", "",
                   "Each bundle against its PyTorch source (the student; the teacher for `teacher-*` bundles) on the "
@@ -339,6 +379,28 @@ def render_markdown(ctx: RunContext, data: ReportData, figures: list[Path]) -> s
               "Settings (`config.toml`; `tinyglot run --config config.toml` repeats the run):", "",
               "```toml", to_toml(ctx.cfg).rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def regimes_section(data: ReportData) -> list[str]:
+    """The call regimes (single sentences, arrival-order batches of 32, one bulk call) of every benched
+    model on the two length profiles, with the ratios to USE-m and the tokens per sentence."""
+    from tinyglot.devices.regimes import BASELINE, REGIMES, regimes_table, tokens_table
+
+    reg = data.regimes
+    if not reg.get("rows"):
+        return []
+    sets = [s["name"] for s in reg.get("sets", [])]
+    names = {r["spec"]: r["spec"] if r["spec"].startswith("peer:") else Path(r["spec"]).name for r in reg["rows"]}
+    base = any(r["spec"].removeprefix("peer:") == BASELINE and "error" not in r for r in reg["rows"])
+    return ["## Call regimes", "",
+            f"Sentences/s through each model's `encode` ({reg.get('cpu') or '?'}, {reg.get('threads')} thread(s), "
+            f"each model in its own process, fastest of {reg.get('repeats')} pass(es)): {', '.join(REGIMES)} = one "
+            "sentence per call, consecutive batches of 32 in arrival order, one `encode(all, batch_size=32)` "
+            f"call. Sets: {reg.get('description', '')}."
+            + (f" `× {BASELINE}`: the ratio to USE-m in the same regime and set." if base else ""),
+            "", regimes_table(reg["rows"], sets, names=names), "",
+            "Tokens per sentence (each model's own tokenizer, truncated to its max_len; – for models without "
+            "one):", "", tokens_table(reg["rows"], sets, names=names), ""]
 
 
 # ------------------------------------------------------------------ model cards

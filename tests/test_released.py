@@ -1,0 +1,384 @@
+"""Released students (issue #26): every model under ``tinyglot/released/`` is checked against its manifest
+(file hashes, embeddings recorded at release, a process that imports only onnxruntime, ``tinyglot.load(NAME)``),
+and ``tinyglot release`` is run end to end on a tiny student trained here (load by name, ``tinyglot models``,
+the size limit, the licence and name checks, the model card).
+
+The checks of a released folder are one function, :func:`check_released`: the end-to-end test runs it on the
+tiny release, and the parametrised test on every model the package ships (none until the first release; they
+are covered as soon as their folder is added).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinyglot
+from tinyglot.errors import TinyglotError
+from tinyglot.released import (
+    CARD,
+    LICENSES,
+    MANIFEST,
+    MAX_RELEASE_BYTES,
+    PACKAGE_ROOT,
+    ROOT_ENV,
+    read_manifest,
+    released_names,
+    verify,
+)
+
+SHIPPED = released_names(PACKAGE_ROOT)
+# modules a stock-runtime process must not have loaded (MediaPipe may import TensorFlow itself where it is installed)
+FORBIDDEN = {"onnx-text": ("tinyglot", "torch", "transformers", "sentencepiece", "tensorflow"),
+             "tflite-mediapipe": ("tinyglot", "torch", "transformers", "sentencepiece")}
+
+# A process with onnxruntime only: the onnxruntime-extensions ops library is located without importing the
+# Python package (whose __init__ imports torch and transformers when they are installed).
+ONNX_ONLY = textwrap.dedent('''
+    import glob, importlib.machinery, importlib.util, json, os, sys
+    import numpy as np
+    import onnxruntime as ort
+
+    spec = importlib.util.find_spec("onnxruntime_extensions")
+    folder = next(iter(spec.submodule_search_locations))
+    lib = next(f for s in importlib.machinery.EXTENSION_SUFFIXES
+               for f in glob.glob(os.path.join(folder, "_extensions_pydll" + s)))
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(lib)
+    so.intra_op_num_threads = 1
+    session = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+    sentences = json.loads(sys.argv[2])
+    # one sentence per run, as recorded: dynamic int8 quantises activations per call, so a row depends
+    # on the other rows of its batch
+    rows = [session.run(None, {"text": np.array([s], dtype=object)})[0][0].tolist() for s in sentences]
+    print(json.dumps({"rows": rows, "modules": sorted(sys.modules)}))
+''')
+MEDIAPIPE_ONLY = textwrap.dedent('''
+    import json, sys
+    from mediapipe.tasks.python.core import base_options
+    from mediapipe.tasks.python.text import text_embedder
+
+    options = text_embedder.TextEmbedderOptions(
+        base_options=base_options.BaseOptions(model_asset_path=sys.argv[1]), l2_normalize=False, quantize=False)
+    rows = []
+    with text_embedder.TextEmbedder.create_from_options(options) as embedder:
+        for sentence in json.loads(sys.argv[2]):
+            heads = {e.head_name: e.embedding for e in embedder.embed(sentence).embeddings}
+            rows.append([float(x) for x in heads["sentence_embedding"]])
+    print(json.dumps({"rows": rows, "modules": sorted(sys.modules)}))
+''')
+
+
+def _stock_process(script: str, model: Path, sentences: list[str]) -> dict:
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, "-I", "-c", script, str(model), json.dumps(sentences)],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _tolerance(manifest: dict) -> tuple[float, float]:
+    """Same int8 kernels and runtime versions as the release machine: the strict tolerance, else the wider one."""
+    from tinyglot.app.release import _int8_kernels, _runtime_versions
+
+    rec = manifest["recorded"]
+    tol = rec["tolerance"]
+    made = manifest["made"].get("runtimes", {})
+    now = _runtime_versions()
+    same = rec.get("int8_kernels") == _int8_kernels() and all(
+        made.get(k) == now.get(k) for k in ("onnxruntime", "onnxruntime-extensions", "mediapipe"))
+    return (tol["abs"], tol["cosine"]) if same else (tol["other_kernels_abs"], tol["other_kernels_cosine"])
+
+
+def _matches(rows: np.ndarray, recorded: dict, manifest: dict, where: str) -> None:
+    atol, ctol = _tolerance(manifest)
+    rows = np.asarray(rows, dtype=np.float64)
+    dims = manifest["recorded"]["dims"]
+    assert rows.shape == (len(manifest["recorded"]["sentences"]), manifest["dim"]), where
+    np.testing.assert_allclose(rows[:, :dims], np.array(recorded["rows"]), atol=atol, rtol=0, err_msg=where)
+    np.testing.assert_allclose(rows @ rows.T, np.array(recorded["cosines"]), atol=ctol, rtol=0, err_msg=where)
+
+
+def check_released(folder: Path) -> dict:
+    """Every check a released model's folder must pass; returns its manifest."""
+    from tinyglot.export.bundle import read_bundle
+
+    manifest = verify(folder)  # every file's sha256, no unlisted file
+    name = manifest["name"]
+    assert name == folder.name
+    total = sum((folder / f).stat().st_size for f in manifest["files"])
+    assert total == manifest["bytes"] and total + (folder / MANIFEST).stat().st_size <= MAX_RELEASE_BYTES
+    assert {CARD, LICENSES} <= set(manifest["files"])
+    assert manifest["licences"]["teacher"]["licence"] and manifest["licences"]["model"]
+    sentences = manifest["recorded"]["sentences"]
+    for fmt, info in manifest["formats"].items():
+        cfg = read_bundle(folder / fmt, fmt)  # the bundle's own integrity record too
+        assert cfg["dim"] == manifest["dim"] and cfg["quantization"]["mode"] == "dynamic"
+        assert info["parity"]["passed"] and info["parity"]["gated"], (name, fmt)
+        if fmt == "tflite-mediapipe":
+            pytest.importorskip("mediapipe")
+        spec = name if fmt == manifest["default_format"] else f"{name}?format={fmt}"
+        enc = tinyglot.load(spec)
+        try:
+            rows = np.concatenate([enc.encode([s]) for s in sentences])  # one per call, as recorded
+            _matches(rows, manifest["recorded"]["formats"][fmt], manifest, f"{spec} (tinyglot)")
+        finally:
+            close = getattr(enc, "close", None)
+            if callable(close):
+                close()
+        script = ONNX_ONLY if fmt == "onnx-text" else MEDIAPIPE_ONLY
+        answer = _stock_process(script, folder / info["model_file"], sentences)
+        loaded = [m for m in answer["modules"] if m.split(".")[0] in FORBIDDEN[fmt]]
+        assert not loaded, f"the stock-runtime process of {spec} imported {loaded[:5]}"
+        _matches(answer["rows"], manifest["recorded"]["formats"][fmt], manifest, f"{spec} (stock runtime)")
+    return manifest
+
+
+@pytest.mark.parametrize("name", SHIPPED or [pytest.param("none", marks=pytest.mark.skip(
+    reason="no model is released yet (tinyglot/released/ holds none)"))])
+def test_every_shipped_model_matches_its_manifest(name, monkeypatch):
+    monkeypatch.delenv(ROOT_ENV, raising=False)
+    manifest = check_released(PACKAGE_ROOT / name)
+    assert manifest["results"]["tests"], f"{name} was released without its P@1 on the shared tests"
+    assert manifest["licences"]["data"], f"{name} was released without its data attributions"
+
+
+# ====================================================================== the release, end to end
+@pytest.fixture(scope="module")
+def trained_student(small_pairs, tiny_teacher_dir, tmp_path_factory) -> Path:
+    """A lealla-tiny student distilled for 20 steps from the tiny EMS teacher of conftest."""
+    from tinyglot.distill.config import get_preset
+    from tinyglot.distill.lealla import LeallaTrainer
+    from tinyglot.distill.run import teacher_tokenizer
+    from tinyglot.encoders import load_encoder
+
+    out = tmp_path_factory.mktemp("distill") / "run"
+    teacher = load_encoder(str(tiny_teacher_dir))
+    preset = get_preset("lealla-tiny", {"train": {"max_steps": 20, "eval_every": 20, "save_every": 20,
+                                                  "dev_fraction": 0.1, "dev_pairs_per_lang": 30}})
+    trainer = LeallaTrainer(preset, out, small_pairs, teacher, teacher.identity(),
+                            teacher_tokenizer(str(tiny_teacher_dir)), "lealla-tiny", out / "cache", progress=False)
+    result = trainer.train()
+    return result.student_dir
+
+
+def _peers_json(path: Path) -> Path:
+    """A results file as benchmarks/peers.py writes it: the student, e5-small and USE-m on one test set."""
+    def row(kind, spec, p1, sps):
+        return {"kind": kind, "spec": spec, "threads": 1, "p50_ms": 1000 / sps, "p90_ms": 1200 / sps,
+                "sentences_per_s": sps, "size_mb": 1.0, "p1": statistics_mean(p1),
+                "p1_by_test": {"shared": {"p1": statistics_mean(p1), "per_lang": p1}}}
+
+    rows = [row("onnx", "runs/student-onnx-text", {"de": 40.0, "fr": 50.0, "ja": 20.0, "ru": 30.0}, 900.0),
+            row("peer", "e5-small", {"de": 95.0, "fr": 96.0, "ja": 92.0, "ru": 94.0}, 16.0),
+            row("peer", "use-m", {"de": 90.0, "fr": 91.0, "ja": 85.0, "ru": 88.0}, 120.0),
+            row("peer", "minilm", {"de": 10.0}, 400.0)]
+    path.write_text(json.dumps({"settings": {"threads": 1, "batch": 32}, "rows": rows}), encoding="utf-8")
+    return path
+
+
+def statistics_mean(values: dict) -> float:
+    return float(np.mean(list(values.values())))
+
+
+@pytest.mark.slow
+def test_release_end_to_end(trained_student, small_corpus, small_pairs, tmp_path, monkeypatch, capsys):
+    from tinyglot.app.cli import main
+    from tinyglot.app.release import release_student
+
+    root = tmp_path / "released"
+    monkeypatch.setenv(ROOT_ENV, str(root))
+    card = {"description": "tiny test student", "teacher": "e5-small",
+            "training": {"command": "pytest tests/test_released.py", "steps": 20, "data": "the small corpus"},
+            "corpus": [str(small_corpus)], "results": str(_peers_json(tmp_path / "peers.json")),
+            "test_sets": {"shared": "four languages of the embedded test set"}}
+    card_path = tmp_path / "card.json"
+    card_path.write_text(json.dumps(card), encoding="utf-8")
+    manifest = release_student(trained_student, "tiny-test", card_path, max_sentences=10)
+    folder = root / "tiny-test"
+    assert manifest == read_manifest(folder)
+    check_released(folder)
+
+    # the manifest: what the card data and the student said
+    assert manifest["dim"] == 32 and set(manifest["languages"]) >= {"de", "fr", "ja", "ru"}
+    assert set(manifest["formats"]) == {"onnx-text", "tflite-mediapipe"}
+    shared = manifest["results"]["tests"]["shared"]
+    assert shared["mean"] == {"student": 35.0, "teacher": 94.25, "use-m": 88.5}
+    assert shared["languages"]["ja"] == {"student": 20.0, "teacher": 92.0, "use-m": 85.0}
+    assert {r["model"] for r in manifest["speed"]} >= {"tiny-test (onnx-text int8)", "e5-small", "use-m"}
+    assert "minilm" not in {r["model"] for r in manifest["speed"]}
+    data = {a["src"]: a for a in manifest["licences"]["data"]}
+    assert sum(a["rows"] for a in data.values()) == len(small_pairs)
+    assert data["libreoffice-help"]["license"] == "MPL-2.0"
+    assert manifest["made"]["steps"] == 20 and manifest["made"]["teacher"] == "e5-small"
+    assert manifest["made"]["release_command"].startswith("tinyglot release --model ")
+
+    # the card: how it was made, P@1 against the teacher and USE-m, speed, use from Python, Android, the browser
+    text = (folder / CARD).read_text(encoding="utf-8")
+    for needle in ("# tiny-test: tiny test student", "| ja | 20.0 | 92.0 | 85.0 | 22 % |",
+                   "| **mean** (4 languages) | **35.0** | 94.2 | 88.5 |", "pytest tests/test_released.py",
+                   'tinyglot.load("tiny-test")', "TextEmbedder.createFromOptions(context, options)",
+                   "@mediapipe/tasks-text", "examples/web/index.html?model=", "onnxruntime_extensions",
+                   "measured at release", "LICENSES.md"):
+        assert needle in text, needle
+    licences = (folder / LICENSES).read_text(encoding="utf-8")
+    assert "MIT License" in licences and "Copyright (c) Microsoft Corporation" in licences
+    assert "| libreoffice-help | MPL-2.0 |" in licences and "The Document Foundation" in licences
+
+    # by name: tinyglot.load, the bench's resolver, eval and models
+    enc = tinyglot.load("tiny-test")
+    assert type(enc).__name__ == "OnnxTextEncoder" and enc.encode(["Hallo Welt"]).shape == (1, 32)
+    assert type(tinyglot.load("tiny-test", format="tflite-mediapipe")).__name__ == "MediaPipeTextEncoder"
+    from tinyglot.devices.bench_inputs import resolve_model
+
+    assert resolve_model("tiny-test?format=tflite-mediapipe").runtime == "mediapipe"
+    test_file = tmp_path / "de.tsv"
+    test_file.write_text("".join(f"{p.en}\t{p.x}\n" for p in [p for p in small_pairs if p.lang == "de"][:50]),
+                         encoding="utf-8")
+    assert main(["eval", "--model", "tiny-test", "--data", str(test_file), "--json", str(tmp_path / "e.json")]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["model"] == "tiny-test"
+    capsys.readouterr()
+    assert main(["models", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in listed] == ["tiny-test"]
+    assert listed[0]["p1"] == {"shared": {"student": 35.0, "teacher": 94.25, "use-m": 88.5}}
+    assert listed[0]["languages"] == len(manifest["languages"]) and listed[0]["dim"] == 32
+    assert listed[0]["speed"]["format"] == "onnx-text" and listed[0]["speed"]["sentences_per_s"] > 0
+    assert main(["models"]) == 0
+    assert "tiny-test" in capsys.readouterr().out
+
+    # a release again replaces the folder as a whole (the folder is tinyglot's)
+    again = release_student(trained_student, "tiny-test", card_path, formats=["onnx-text"], max_sentences=10)
+    assert set(again["formats"]) == {"onnx-text"} and not (folder / "tflite-mediapipe").exists()
+    check_released(folder)
+    with pytest.raises(TinyglotError, match="no 'tflite-mediapipe' bundle"):
+        tinyglot.load("tiny-test?format=tflite-mediapipe")
+
+    # bigger than the limit: refused, nothing released, the earlier release untouched
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(TinyglotError, match="more than the 0.10 MB a released model may take"):
+        release_student(trained_student, "tiny-test", card_path, formats=["onnx-text"], max_sentences=10,
+                        max_bytes=100_000)
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    with pytest.raises(TinyglotError, match="more than"):
+        release_student(trained_student, "too-big", card_path, formats=["onnx-text"], max_sentences=10,
+                        max_bytes=100_000)
+    assert not (root / "too-big").exists() and released_names() == ["tiny-test"]
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+    # the guard sees a changed or an added file
+    import shutil
+
+    copy = tmp_path / "copy" / "tiny-test"
+    shutil.copytree(folder, copy)
+    (copy / "notes.txt").write_text("extra")
+    with pytest.raises(TinyglotError, match="does not list: notes.txt"):
+        verify(copy)
+    (copy / "notes.txt").unlink()
+    with open(copy / "onnx-text" / "model.onnx", "ab") as fh:
+        fh.write(b"\0")
+    with pytest.raises(TinyglotError, match="model.onnx is not the file"):
+        verify(copy)
+
+
+# ====================================================================== refusals before any work
+def test_release_refuses_bad_names_copyleft_data_and_foreign_folders(student_dir, tmp_path):
+    from tinyglot.app.release import release_student
+
+    root = tmp_path / "released"
+    for name, match in (("e5-small", "shadow"), ("use-m", "shadow"), ("tfidf", "shadow"), ("released", "shadow"),
+                        ("Fast_Small", "cannot name"), ("../x", "cannot name"), ("a/b", "cannot name")):
+        with pytest.raises(TinyglotError, match=match):
+            release_student(student_dir, name, root=root)
+    gpl = tmp_path / "gpl.jsonl.gz"
+    with gzip.open(gpl, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps({"lang": "de", "en": "Open", "x": "Öffnen", "src": "weblate",
+                             "license": "GPL-3.0-or-later"}) + "\n")
+        fh.write(json.dumps({"lang": "de", "en": "Close", "x": "Schließen", "src": "django",
+                             "license": "BSD-3-Clause"}) + "\n")
+    with pytest.raises(TinyglotError, match=r"weblate \(GPL-3.0-or-later, 1 rows\)"):
+        release_student(student_dir, "tiny", root=root, corpus=[gpl])
+    foreign = root / "tiny"
+    foreign.mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(TinyglotError, match="not written by tinyglot"):
+        release_student(student_dir, "tiny", root=root, corpus=[gpl], allowed_licences=["GPL-3.0-or-later"],
+                        formats=["onnx-text"])
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    with pytest.raises(TinyglotError, match="unknown keys: colour"):
+        release_student(student_dir, "tiny2", {"colour": "blue"}, root=root)
+
+
+def test_release_and_models_commands_refuse_and_list(student_dir, tmp_path, capsys):
+    from tinyglot.app.cli import main
+
+    root = tmp_path / "released"
+    assert main(["release", "--model", str(student_dir), "--name", "e5-small", "--root", str(root)]) == 2
+    assert "would shadow it" in capsys.readouterr().err
+    assert not root.exists()
+    assert main(["models", "--root", str(root)]) == 0
+    assert "no released models" in capsys.readouterr().out
+    assert main(["models", "--root", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_names_resolve_only_to_released_models(tmp_path, monkeypatch):
+    """Unreleased names list the released ones; a path of the same name comes first; peers stay peers."""
+    from tinyglot.encoders import tinyglot_folder
+    from tinyglot.released import check_name, parse_released, resolve
+
+    root = tmp_path / "released"
+    (root / "fake-model").mkdir(parents=True)
+    (root / "fake-model" / MANIFEST).write_text(json.dumps({"tinyglot_release": 1, "name": "fake-model",
+                                                            "formats": {"onnx-text": {}}, "files": {}}))
+    monkeypatch.setenv(ROOT_ENV, str(root))
+    assert released_names() == ["fake-model"]
+    assert resolve("fake-model") == root / "fake-model" / "onnx-text"
+    assert resolve("released:fake-model") == root / "fake-model" / "onnx-text"
+    assert tinyglot_folder("fake-model") == root / "fake-model" / "onnx-text"
+    assert parse_released("e5-small") is None and parse_released("tfidf") is None
+    with pytest.raises(TinyglotError, match=r"no released model is named 'nope' \(released: fake-model\)"):
+        resolve("released:nope")
+    with pytest.raises(TinyglotError, match=r"no released model has that name either \(released: fake-model\)"):
+        tinyglot.load("fake-modle")
+    with pytest.raises(TinyglotError, match="has no 'tflite-mediapipe' bundle"):
+        tinyglot.load("fake-model", format="tflite-mediapipe")
+    with pytest.raises(TinyglotError, match="is not a released model"):
+        tinyglot.load("tfidf", format="onnx-text")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fake-model").mkdir()  # a folder of that name here comes first
+    assert resolve("fake-model") is None
+    for reserved in ("e5-small", "minilm", "peer", "tinyglot"):
+        with pytest.raises(TinyglotError):
+            check_name(reserved)
+
+
+def test_results_in_every_accepted_form(tmp_path):
+    from tinyglot.app.release import read_results
+
+    eval_json = tmp_path / "teacher.json"
+    eval_json.write_text(json.dumps({"languages": [{"lang": "de", "n": 10, "x2en": 0.9, "en2x": 0.8, "mean": 0.85},
+                                                   {"lang": "ja", "n": 10, "x2en": 0.7, "en2x": 0.7, "mean": 0.7}]}))
+    card = {"results": {"libreoffice": {"student": {"de": 80, "ja": 60}, "teacher": "teacher.json",
+                                        "use-m": {"de": 70}}}}
+    results, speed = read_results(card, tmp_path, "x", "e5-small")
+    block = results["tests"]["libreoffice"]
+    assert block["languages"]["de"] == {"student": 80.0, "teacher": 85.0, "use-m": 70.0}
+    assert block["languages"]["ja"]["use-m"] is None
+    assert block["mean_over"] == ["de"] and block["mean"] == {"student": 80.0, "teacher": 85.0, "use-m": 70.0}
+    assert speed == []
+    several = {"rows": [{"kind": "onnx", "spec": "a", "p1_by_test": {}}, {"kind": "torch", "spec": "b"}]}
+    (tmp_path / "p.json").write_text(json.dumps(several))
+    with pytest.raises(TinyglotError, match="must say which is the released student"):
+        read_results({"results": "p.json"}, tmp_path, "x", "e5-small")
+    results, _ = read_results({"results": "p.json", "student_spec": "a"}, tmp_path, "x", "e5-small")
+    assert results["tests"] == {}
+    with pytest.raises(TinyglotError, match="must be"):
+        read_results({"results": {"t": {"student": {"de": 1}, "labse": {"de": 2}}}}, tmp_path, "x", "e5-small")

@@ -1,0 +1,91 @@
+"""``tinyglot release``: a trained student becomes a released model (``tinyglot/released/NAME/``).
+
+    tinyglot release --model runs/e5/distill/student --name NAME --card-data card.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from tinyglot.console import make_console
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line as the manifest records it (the options given, in a fixed order)."""
+    parts = ["tinyglot", "release", "--model", str(args.model), "--name", args.name]
+    if args.card_data is not None:
+        parts += ["--card-data", str(args.card_data)]
+    for corpus in args.corpus:
+        parts += ["--corpus", str(corpus)]
+    for licence in args.allow_licence:
+        parts += ["--allow-licence", licence]
+    if args.formats != ",".join(_formats()):
+        parts += ["--formats", args.formats]
+    if args.max_sentences != 100:
+        parts += ["--max-sentences", str(args.max_sentences)]
+    return shlex.join(parts)
+
+
+def _formats() -> tuple[str, ...]:
+    from tinyglot.released import FORMATS
+
+    return FORMATS
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from tinyglot.app.release import release_student
+    from tinyglot.errors import TinyglotError
+
+    if args.max_sentences < 1:
+        raise TinyglotError(f"--max-sentences must be >= 1, got {args.max_sentences}")
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # pragma: no cover
+        pass
+    console = make_console()
+    manifest = release_student(args.model, args.name, args.card_data, root=args.root, corpus=args.corpus,
+                               formats=[f.strip() for f in args.formats.split(",") if f.strip()],
+                               allowed_licences=args.allow_licence, max_sentences=args.max_sentences,
+                               command=_command(args), say=lambda m: console.print(escape(m), soft_wrap=True))
+    from tinyglot.released import CARD, released_root
+
+    console.print(escape(f"load it with tinyglot.load({manifest['name']!r}); its card: "
+                         f"{released_root(args.root) / manifest['name'] / CARD}"), soft_wrap=True)
+    return 0
+
+
+def register(sub) -> None:
+    from tinyglot.released import MAX_RELEASE_BYTES, ROOT_ENV
+
+    p = sub.add_parser(
+        "release", help="release a trained student: int8 bundles, model card and manifest in tinyglot/released/NAME",
+        description="Export a trained student as the int8 bundles that stock runtimes open (onnx-text, "
+                    "tflite-mediapipe) with their parity gates, record embeddings of a few sentences and the "
+                    "speed on this machine, write MODEL_CARD.md, LICENSES.md and release.json (sha256 of every "
+                    "file) and put the folder in place in one atomic swap. Refused when the model takes more "
+                    f"than {MAX_RELEASE_BYTES / 1e6:.0f} MB or was trained on data that is not permissively licensed.")
+    p.add_argument("--model", required=True, type=Path, help="the student folder (tinyglot distill / tinyglot run)")
+    p.add_argument("--name", required=True,
+                   help="the released name, e.g. fast-small: lower-case words joined by '-', not a peer's name")
+    p.add_argument("--card-data", type=Path, default=None,
+                   help="JSON object for the model card: description, teacher, training {command, steps, data, "
+                        "preset}, corpus [files], attributions, results (benchmarks/peers.py --json, or "
+                        "{test: {student, teacher, use-m}}), student_spec, test_sets, licence (see docs/released.md)")
+    p.add_argument("--corpus", action="append", type=Path, default=[],
+                   help="the training corpus (JSONL with src and license per row): the data attributions are "
+                        "counted from it (repeatable; also the card data's corpus)")
+    p.add_argument("--allow-licence", action="append", default=[], metavar="LICENCE",
+                   help="accept training data under this licence too (checked by you; default: permissive only)")
+    p.add_argument("--formats", default=",".join(_formats()), help="the bundles of the release, comma-separated")
+    p.add_argument("--max-sentences", type=int, default=100,
+                   help="test pairs per language for the parity gates of each bundle")
+    p.add_argument("--root", type=Path, default=None,
+                   help=f"folder of the released models (default: tinyglot's package folder tinyglot/released, "
+                        f"or ${ROOT_ENV})")
+    p.set_defaults(func=cmd_release)

@@ -1,0 +1,781 @@
+"""``tinyglot release``: a trained student becomes a released model, ``tinyglot/released/NAME/`` (issue #26).
+
+:func:`release_student` exports the student as int8 bundles that stock runtimes open (``onnx-text``:
+onnxruntime + onnxruntime-extensions; ``tflite-mediapipe``: MediaPipe's TextEmbedder) with the export
+API, so every parity gate of the export runs (in process and in a process that imports only the
+runtime); then it
+
+- records the embeddings of a few sentences from each bundle (the guard of ``tests/test_released.py``),
+- measures each bundle's speed on this machine (one thread, single sentences and a batch),
+- reads the P@1 per test set of the student, its teacher and USE-m from a results JSON (the ``--json`` of
+  ``benchmarks/peers.py``, or per-model ``tinyglot eval --json`` files, or the numbers themselves),
+- counts the data attributions from the training corpus's rows (``src``/``license``) and refuses
+  licences that are not permissive (``tinyglot.data.pairs.PERMISSIVE``),
+- writes ``MODEL_CARD.md``, ``LICENSES.md`` (the teacher's licence, the data attributions) and
+  ``release.json`` (the manifest, with the sha256 of every file),
+
+all in a staging folder beside ``NAME`` that replaces it in one atomic swap, and only when the whole
+model is at most 10 MB (``MAX_RELEASE_BYTES``).  A ``NAME`` folder that tinyglot did not write is never
+touched (:mod:`tinyglot.outputs`).
+
+The card data (``--card-data FILE``, a JSON object; paths in it are relative to the file) says what the
+student folder does not::
+
+    {"description": "balanced multilingual student distilled from multilingual-e5-small",
+     "teacher": "e5-small",
+     "training": {"command": "tinyglot run --profile e5 ...", "steps": 10000, "data": "...", "preset": "fast-small"},
+     "corpus": ["runs/e5/data/train.jsonl.gz"],
+     "attributions": [{"src": "fortunes-de", "license": "public-domain", "rows": 1234, "by": "..."}],
+     "results": "runs/peers.json",
+     "student_spec": "runs/e5/export/onnx-text-dynamic",
+     "test_sets": {"libreoffice": "shared/data/test/libreoffice: 10 languages, up to 1,000 pairs each"},
+     "licence": "MIT"}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gzip
+import importlib.metadata
+import json
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinyglot.errors import TinyglotError
+from tinyglot.released import (
+    CARD,
+    DEFAULT_FORMAT,
+    FORMATS,
+    LICENSES,
+    MANIFEST,
+    MANIFEST_VERSION,
+    MAX_RELEASE_BYTES,
+    RELEASED_KIND,
+    check_name,
+    released_root,
+)
+
+try:  # the licences a shipped model may be trained on, where the data layer defines them
+    from tinyglot.data.pairs import PERMISSIVE
+except ImportError:  # pragma: no cover - an older data layer
+    PERMISSIVE = ("MPL-2.0", "BSD-3-Clause", "BSD-2-Clause", "MIT", "Apache-2.0", "ISC", "PSF-2.0", "CC0-1.0",
+                  "CC-BY-4.0", "CC-BY-3.0", "CC-BY-2.0", "public-domain", "Unicode-3.0")
+
+QUANTIZATION = "dynamic"  # int8: what a released bundle is
+COLUMNS = ("student", "teacher", "use-m")  # the P@1 columns of a release, per language and test set
+# The sentences whose embeddings a release records (first RECORDED_DIMS values of each row, and the cosines
+# between them): the guard that a runtime or a file still computes what was released.
+RECORDED_SENTENCES = ("Where is the printer?", "Wo ist der Drucker?", "プリンターはどこですか？",
+                      "Откройте файл, чтобы изменить настройки.")
+RECORDED_DIMS = 16
+# Tolerances of that guard: on a CPU with the int8 kernels of the release machine (the same
+# runtime versions) the rows agree to float round-off; other kernels (AVX2 without VNNI, ARM) may
+# round int8 products differently.
+TOLERANCE = {"abs": 1e-3, "cosine": 1e-3, "other_kernels_abs": 3e-2, "other_kernels_cosine": 3e-2}
+SPEED_SENTENCES = 128
+SPEED_QUERIES = 60
+SPEED_BATCH = 32
+
+E5_SMALL = {
+    "name": "multilingual-e5-small",
+    "source": "https://huggingface.co/intfloat/multilingual-e5-small",
+    "licence": "MIT",
+    "copyright": "Copyright (c) Microsoft Corporation",
+    "paper": "Liang Wang, Nan Yang, Xiaolong Huang, Linjun Yang, Rangan Majumder, Furu Wei: Multilingual E5 Text "
+             "Embeddings: A Technical Report, arXiv:2402.05672 (2024)",
+}
+MIT_TEXT = """Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction, including
+without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies
+of the Software, and to permit persons to whom the Software is furnished to do so, subject to the following
+conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or substantial portions
+of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED
+TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL
+THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF
+CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER
+DEALINGS IN THE SOFTWARE."""
+# Who holds the rights of the shared corpus's permissive sources (tinyglot/data/embedded/DATA.md).
+KNOWN_SOURCES = {
+    "libreoffice-help": "The Document Foundation and LibreOffice contributors and translators",
+    "apache_superset": "The Apache Software Foundation and Superset translators",
+    "wagtail": "Torchbox Ltd and Wagtail contributors and translators",
+    "django": "Django Software Foundation and individual contributors",
+    "sphinx": "the Sphinx team and translators",
+    "django_cms": "Divio AG and django CMS contributors",
+    "allauth": "Raymond Penners and contributors",
+}
+CARD_KEYS = {"description", "teacher", "teacher_licence", "training", "corpus", "attributions", "results",
+             "student_spec", "teacher_spec", "test_sets", "licence", "languages", "speed", "notes"}
+
+
+# ====================================================================== inputs
+def read_card_data(card_data: str | os.PathLike[str] | dict | None) -> tuple[dict[str, Any], Path]:
+    """The card data (a dict, or a JSON file) and the folder its relative paths start from."""
+    if card_data is None:
+        return {}, Path.cwd()
+    if isinstance(card_data, dict):
+        data, base = dict(card_data), Path.cwd()
+    else:
+        path = Path(card_data)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TinyglotError(f"cannot read the card data {path} ({type(exc).__name__}: {exc})",
+                                "pass a JSON object (see `tinyglot release --help`)") from None
+        base = path.resolve().parent
+    if not isinstance(data, dict):
+        raise TinyglotError("the card data is not a JSON object", "pass {\"description\": ..., \"results\": ...}")
+    unknown = sorted(set(data) - CARD_KEYS)
+    if unknown:
+        raise TinyglotError(f"the card data has unknown keys: {', '.join(unknown)}",
+                            f"use only: {', '.join(sorted(CARD_KEYS))}")
+    return data, base
+
+
+def _path(value: Any, base: Path, what: str) -> Path:
+    if not isinstance(value, str) or not value:
+        raise TinyglotError(f"the card data's {what} is {value!r}, not a path")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def licence_is_permissive(licence: str) -> bool:
+    """An SPDX-like licence (``A OR B``: one of them; ``A AND B``: both) that a shipped model may be trained on."""
+    text = str(licence or "").strip()
+    if " OR " in text:
+        return any(licence_is_permissive(p) for p in text.split(" OR "))
+    if " AND " in text:
+        return all(licence_is_permissive(p) for p in text.split(" AND "))
+    return text.strip("()") in PERMISSIVE
+
+
+def corpus_attributions(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Rows, languages and licence per source (``src``) of JSONL corpus files (plain or .gz), from their rows'
+    ``src`` and ``license`` fields; a row without them counts as source ``unknown``."""
+    counts: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in paths:
+        if not path.is_file():
+            raise TinyglotError(f"corpus {path} not found", "pass the training corpus (JSONL rows with src, license)")
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    raise TinyglotError(f"{path}:{n} is not a JSON row",
+                                        "pass a JSONL corpus whose rows name their src and license") from None
+                if not isinstance(row, dict):
+                    continue
+                src = str(row.get("src") or "unknown")
+                lic = str(row.get("license") or row.get("licence") or "unknown")
+                entry = counts.setdefault((src, lic), {"src": src, "license": lic, "rows": 0, "languages": set()})
+                entry["rows"] += 1
+                if row.get("lang"):
+                    entry["languages"].add(str(row["lang"]))
+    out = []
+    for entry in sorted(counts.values(), key=lambda e: (-e["rows"], e["src"])):
+        out.append({**entry, "languages": len(entry["languages"]), "by": KNOWN_SOURCES.get(entry["src"], "")})
+    return out
+
+
+def check_licences(attributions: Sequence[dict], allowed: Iterable[str] = ()) -> None:
+    """Refuse training data under a licence a shipped model may not carry (copyleft, unknown)."""
+    allowed = set(allowed)
+    bad = [a for a in attributions
+           if not licence_is_permissive(a.get("license", "")) and a.get("license") not in allowed]
+    if bad:
+        listed = ", ".join(f"{a.get('src')} ({a.get('license')}, {a.get('rows', '?')} rows)" for a in bad[:8])
+        raise TinyglotError(f"the student was trained on data that a released model may not carry: {listed}",
+                            "train it on the permissive rows only (shared/data/README.md: MPL-2.0, BSD, MIT, "
+                            "Apache-2.0); after checking a licence yourself, pass --allow-licence LICENCE")
+
+
+def _pct(value: Any) -> float | None:
+    return None if value is None else round(float(value), 2)
+
+
+def _eval_json_p1(data: Any, where: str) -> dict[str, float]:
+    """Per-language P@1 (percent) of a ``tinyglot eval --json`` result (fractions) or a ``{lang: percent}`` map."""
+    if isinstance(data, dict) and isinstance(data.get("languages"), list):
+        return {str(r["lang"]): round(100 * float(r["mean"]), 2) for r in data["languages"]}
+    if isinstance(data, dict) and all(isinstance(v, (int, float)) for v in data.values()):
+        return {str(k): round(float(v), 2) for k, v in data.items()}
+    raise TinyglotError(f"{where} is neither a `tinyglot eval --json` result nor a {{language: P@1}} map")
+
+
+def _column(value: Any, base: Path, where: str) -> dict[str, float]:
+    if isinstance(value, str):
+        path = _path(value, base, where)
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TinyglotError(f"cannot read {path} ({where}): {exc}") from None
+    return _eval_json_p1(value, where)
+
+
+def _peers_rows(data: dict, source: str, student_spec: str | None, teacher_spec: str, name: str
+                ) -> tuple[dict[str, dict[str, dict[str, float]]], list[dict]]:
+    """Per test set, the columns of a ``benchmarks/peers.py --json`` file; and its speed rows."""
+    rows = [r for r in data.get("rows", []) if isinstance(r, dict) and "error" not in r]
+    ours = [r for r in rows if r.get("kind") != "peer"]
+    if student_spec is not None:
+        student = next((r for r in ours if r.get("spec") == student_spec), None)
+        if student is None:
+            raise TinyglotError(f"{source} has no row for the student_spec {student_spec!r} "
+                                f"(its rows: {', '.join(str(r.get('spec')) for r in ours) or 'none'})")
+    elif len(ours) == 1:
+        student = ours[0]
+    else:
+        raise TinyglotError(f"{source} has {len(ours)} rows of tinyglot models: the card data must say which is the "
+                            "released student", "add \"student_spec\": \"<its spec in that file>\"")
+    picks = {"student": student, "teacher": next((r for r in rows if r.get("spec") == teacher_spec), None),
+             "use-m": next((r for r in rows if r.get("spec") == "use-m"), None)}
+    tests: dict[str, dict[str, dict[str, float]]] = {}
+    for column, row in picks.items():
+        for test, block in ((row or {}).get("p1_by_test") or {}).items():
+            tests.setdefault(test, {})[column] = {str(k): float(v) for k, v in (block.get("per_lang") or {}).items()}
+    threads = data.get("settings", {}).get("threads")
+    batch = data.get("settings", {}).get("batch")
+    speed = []
+    for row in rows:
+        if row.get("kind") == "peer" and row.get("spec") not in (teacher_spec, "use-m"):
+            continue
+        label = f"{name} ({row.get('kind')})" if row is student else (
+            str(row.get("spec")) if row.get("kind") == "peer" else f"{row.get('kind')}: {Path(str(row['spec'])).name}")
+        speed.append({"model": label, "format": None,
+                      "threads": row.get("threads", threads), "p50_ms": row.get("p50_ms"),
+                      "p90_ms": row.get("p90_ms"), "sentences_per_s": row.get("sentences_per_s"), "batch": batch,
+                      "size_mb": row.get("size_mb"), "machine": data.get("settings", {}).get("machine"),
+                      "source": source})
+    return tests, speed
+
+
+def read_results(card: dict, base: Path, name: str, teacher_spec: str) -> tuple[dict[str, Any], list[dict]]:
+    """``(results, speed rows)``: P@1 per language of the student, the teacher and USE-m per test set (percent),
+    with the mean of each column over the languages all three have."""
+    value = card.get("results")
+    if value is None:
+        return {"source": None, "teacher": teacher_spec, "tests": {}}, []
+    source = "card data"
+    if isinstance(value, str):
+        path = _path(value, base, "results")
+        source = str(value)
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TinyglotError(f"cannot read the results {path}: {exc}",
+                                "pass the --json of benchmarks/peers.py, or {test: {student, teacher, use-m}}"
+                                ) from None
+    if not isinstance(value, dict):
+        raise TinyglotError("the card data's results are not a JSON object")
+    speed: list[dict] = []
+    if "rows" in value:
+        columns, speed = _peers_rows(value, source, card.get("student_spec"), teacher_spec, name)
+    else:
+        columns = {}
+        for test, block in value.items():
+            if not isinstance(block, dict) or not set(block) <= set(COLUMNS) or "student" not in block:
+                raise TinyglotError(f"results[{test!r}] must be {{\"student\": ..., \"teacher\": ..., \"use-m\": ...}}")
+            columns[test] = {col: _column(v, base, f"results[{test!r}][{col!r}]") for col, v in block.items()}
+    tests = {}
+    for test, cols in columns.items():
+        langs = sorted(set().union(*(set(c) for c in cols.values()))) if cols else []
+        table = {lang: {col: _pct(cols.get(col, {}).get(lang)) for col in COLUMNS} for lang in langs}
+        shared = [lang for lang in langs if all(cols.get(c, {}).get(lang) is not None for c in cols)]
+        mean = {col: (round(statistics.fmean(cols[col][lang] for lang in shared), 2)
+                      if col in cols and shared else None) for col in COLUMNS}
+        tests[test] = {"languages": table, "mean": mean, "mean_over": shared}
+    return {"source": source, "teacher": teacher_spec, "tests": tests}, speed
+
+
+# ====================================================================== measuring the bundles
+def _int8_kernels() -> str:
+    """The int8 kernel family of this CPU (the export preset tinyglot picks for it)."""
+    try:
+        from tinyglot.devices.profiles import detect_host
+
+        return str(detect_host().get("int8_preset") or "unknown")
+    except Exception:  # noqa: BLE001 - a description only
+        return "unknown"
+
+
+def _machine() -> str:
+    try:
+        from tinyglot.devices.profiles import detect_host
+
+        host = detect_host()
+        return f"{host.get('cpu_model', '?')} ({host.get('cores_logical', '?')} cores)"
+    except Exception:  # noqa: BLE001 - a description only
+        return "unknown"
+
+
+def _runtime_versions() -> dict[str, str]:
+    out = {}
+    for dist in ("onnxruntime", "onnxruntime-extensions", "mediapipe", "torch", "tinyglot"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[dist] = importlib.metadata.version(dist)
+    return out
+
+
+def record_embeddings(encoder: Any, fmt: str) -> dict[str, Any]:
+    """What the release records of one bundle: the first dims of the rows of :data:`RECORDED_SENTENCES`,
+    each encoded in a call of its own (dynamic int8 quantises activations per call, so a row depends on
+    the other rows of its batch), and the cosines between the rows."""
+    emb = np.concatenate([np.asarray(encoder.encode([s]), dtype=np.float64) for s in RECORDED_SENTENCES])
+    return {"rows": [[round(float(v), 6) for v in row[:RECORDED_DIMS]] for row in emb],
+            "cosines": [[round(float(v), 6) for v in row] for row in emb @ emb.T],
+            "call": "one sentence at a time"}
+
+
+def measure_speed(encoder: Any, fmt: str, sentences: Sequence[str], name: str) -> dict[str, Any]:
+    """A quick figure of one bundle on this machine, one thread: p50/p90 of single sentences (after warm-up)
+    and sentences/s of batches of :data:`SPEED_BATCH` (MediaPipe embeds one sentence per call)."""
+    for s in sentences[:5]:
+        encoder.encode([s])
+    lat = []
+    for i in range(SPEED_QUERIES):
+        t = time.perf_counter()
+        encoder.encode([sentences[i % len(sentences)]])
+        lat.append(1000 * (time.perf_counter() - t))
+    t = time.perf_counter()
+    encoder.encode(list(sentences), batch_size=SPEED_BATCH)
+    throughput = len(sentences) / (time.perf_counter() - t)
+    lat.sort()
+    return {"model": f"{name} ({fmt} int8)", "format": fmt, "threads": 1,
+            "p50_ms": round(float(np.percentile(lat, 50)), 3), "p90_ms": round(float(np.percentile(lat, 90)), 3),
+            "sentences_per_s": round(throughput, 1), "batch": SPEED_BATCH if fmt == "onnx-text" else 1,
+            "machine": _machine(), "source": f"measured at release ({SPEED_QUERIES} single-sentence queries, "
+                                              f"{len(sentences)} sentences of the embedded test set)"}
+
+
+# ====================================================================== the card and the licences
+def _fmt(value: Any, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def quality_section(manifest: dict) -> str:
+    results = manifest["results"]
+    teacher = results.get("teacher") or "teacher"
+    if not results.get("tests"):
+        return "No P@1 was recorded with this release (the card data named no results).\n"
+    out = [f"Bitext retrieval P@1 (%, mean of x→en and en→x) on the shared test sets, the student beside its "
+           f"teacher ({teacher}) and USE-m, from {results.get('source')}.", ""]
+    described = manifest.get("test_sets") or {}
+    for test, block in results["tests"].items():
+        out += [f"### {test}", ""]
+        if described.get(test):
+            out += [str(described[test]), ""]
+        out += [f"| language | {manifest['name']} | {teacher} | USE-m | {manifest['name']} / {teacher} |",
+                "|---|---:|---:|---:|---:|"]
+        for lang, row in block["languages"].items():
+            ratio = (f"{100 * row['student'] / row['teacher']:.0f} %" if row.get("student") is not None
+                     and row.get("teacher") else "–")
+            out.append(f"| {lang} | {_fmt(row.get('student'))} | {_fmt(row.get('teacher'))} | "
+                       f"{_fmt(row.get('use-m'))} | {ratio} |")
+        mean = block["mean"]
+        ratio = (f"{100 * mean['student'] / mean['teacher']:.0f} %" if mean.get("student") is not None
+                 and mean.get("teacher") else "–")
+        out.append(f"| **mean** ({len(block['mean_over'])} languages) | **{_fmt(mean.get('student'))}** | "
+                   f"{_fmt(mean.get('teacher'))} | {_fmt(mean.get('use-m'))} | {ratio} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def speed_section(manifest: dict) -> str:
+    rows = manifest.get("speed") or []
+    if not rows:
+        return "No speed was recorded.\n"
+    out = ["| model | threads | batch | p50 ms (1 sentence) | p90 ms | sentences/s | machine | source |",
+           "|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        out.append(f"| {r.get('model')} | {r.get('threads') or '–'} | {r.get('batch') or '–'} | "
+                   f"{_fmt(r.get('p50_ms'), 2)} | {_fmt(r.get('p90_ms'), 2)} | {_fmt(r.get('sentences_per_s'), 0)} | "
+                   f"{r.get('machine') or '–'} | {r.get('source') or '–'} |")
+    return "\n".join(out) + "\n"
+
+
+def licences_text(manifest: dict) -> str:
+    lic = manifest["licences"]
+    teacher = lic["teacher"]
+    out = [f"# Licences and attributions: {manifest['name']}", "",
+           f"The released model ({manifest['name']}) is distributed under **{lic['model']}**; tinyglot's code is "
+           "Apache-2.0. It was distilled from the teacher below and trained on the data below: their notices "
+           "travel with it.", "", "## The teacher", ""]
+    if teacher.get("licence") == "MIT" and teacher.get("copyright"):
+        out += [f"{teacher['name']} ({teacher.get('source', '')}), licence MIT:", "", "```",
+                "MIT License", "", teacher["copyright"], "", MIT_TEXT, "```", ""]
+        if teacher.get("paper"):
+            out += [f"Cite: {teacher['paper']}.", ""]
+    else:
+        out += [f"{teacher.get('name')}: {teacher.get('licence')}" + (f" ({teacher['source']})"
+                                                                        if teacher.get("source") else ""), ""]
+        if teacher.get("text"):
+            out += ["```", str(teacher["text"]), "```", ""]
+    out += ["## The training data", "", "| source | licence | rows | languages | rights holders / attribution |",
+            "|---|---|---:|---:|---|"]
+    for a in lic["data"]:
+        rows = f"{a['rows']:,}" if isinstance(a.get("rows"), int) else str(a.get("rows") or "–")
+        out.append(f"| {a.get('src')} | {a.get('license')} | {rows} | {a.get('languages') or '–'} | "
+                   f"{a.get('by') or ''} |")
+    if not lic["data"]:
+        out.append("| (no corpus was named at release) | | | | |")
+    out += ["", "Licence texts: MPL-2.0 https://mozilla.org/MPL/2.0/, Apache-2.0 "
+            "https://www.apache.org/licenses/LICENSE-2.0, BSD-2-Clause / BSD-3-Clause / MIT "
+            "https://opensource.org/licenses. The segments were extracted from the projects' translation files and "
+            "used to train the model; no text of them is stored in the model files.", ""]
+    return "\n".join(out)
+
+
+def model_card(manifest: dict) -> str:
+    m = manifest
+    name = m["name"]
+    made = m["made"]
+    formats = m["formats"]
+    sizes = "; ".join(f"`{fmt}/` {_mb(f['bytes'])} (model file {_mb(f['model_file_bytes'])})"
+                      for fmt, f in formats.items())
+    parity = "\n".join(
+        f"- `{fmt}`: mean cosine {f['parity'].get('mean_cosine', float('nan')):.4f} to the PyTorch student, "
+        f"P@1 drop {f['parity'].get('p1_drop', float('nan')):.2f} points; checked again in a process with "
+        f"{'onnxruntime + onnxruntime-extensions' if fmt == 'onnx-text' else 'mediapipe'} only"
+        for fmt, f in formats.items())
+    steps = made.get("steps")
+    training = [f"- teacher: {made.get('teacher') or '–'}",
+                f"- student: {made.get('student_shape') or '–'} ({made.get('preset') or 'preset not recorded'})",
+                f"- steps: {steps:,}" if isinstance(steps, int) else f"- steps: {steps or '–'}",
+                f"- data: {made.get('data') or '–'} (rows per source: [LICENSES.md](LICENSES.md))",
+                f"- training command: `{made.get('training_command') or 'not recorded'}`",
+                f"- release command: `{made.get('release_command')}`",
+                f"- released with tinyglot {made.get('tinyglot')} on {made.get('date')}; runtimes: "
+                + ", ".join(f"{k} {v}" for k, v in made.get("runtimes", {}).items() if k != "tinyglot")]
+    langs = m["languages"]
+    mp = "tflite-mediapipe" in formats
+    teacher = m["licences"]["teacher"]
+    return f"""# {name}: {m['description']}
+
+A released tinyglot student: {m['dim']}-dimensional sentence embeddings for {len(langs)} languages
+({', '.join(langs)}), int8, {_mb(m['bytes'])} in all. Bundles that stock runtimes open, each taking raw
+strings (the SentencePiece tokenizer is inside): {sizes}.
+
+- `onnx-text/model.onnx`: onnxruntime + onnxruntime-extensions (Python, C++, Java, C#, mobile)
+{"- `tflite-mediapipe/model.tflite`: MediaPipe's TextEmbedder (Android, iOS, the browser, Python)" if mp else ""}
+
+Licence: {m['licences']['model']}; the teacher's licence ({teacher.get('name')}, {teacher.get('licence')}) and
+the data attributions are in [LICENSES.md](LICENSES.md). The sha256 of every file is in `{MANIFEST}`.
+
+## Quality
+
+{quality_section(m)}
+## Speed
+
+{speed_section(m)}
+## Use it
+
+### Python, with tinyglot
+
+```python
+import tinyglot
+
+enc = tinyglot.load("{name}")                               # the onnx-text bundle (onnxruntime)
+emb = enc.encode(["Wo ist der Drucker?", "Where is the printer?"])
+print(emb.shape, float(emb[0] @ emb[1]))                      # unit rows: the dot product is the cosine
+{'mp = tinyglot.load("' + name + '?format=tflite-mediapipe")        # the same model in MediaPipe' if mp else ''}
+```
+
+From the command line: `tinyglot eval --model {name}`, `tinyglot bench --model {name}`, `tinyglot models`.
+Where the files are: `python -c "import tinyglot.released as r; print(r.released_folder('{name}'))"`.
+
+### Python, onnxruntime only (no tinyglot, no torch)
+
+```python
+# pip install onnxruntime onnxruntime-extensions
+import numpy as np, onnxruntime as ort, onnxruntime_extensions as ortx
+
+so = ort.SessionOptions()
+so.register_custom_ops_library(ortx.get_library_path())
+session = ort.InferenceSession("{name}/onnx-text/model.onnx", so, providers=["CPUExecutionProvider"])
+emb, ids = session.run(None, {{"text": np.array(["Wo ist der Drucker?", "Where is the printer?"], dtype=object)}})
+```
+
+### Android (Kotlin, MediaPipe TextEmbedder)
+
+Copy `tflite-mediapipe/model.tflite` into `app/src/main/assets/{name}.tflite`; add
+`implementation("com.google.mediapipe:tasks-text:0.10.21")` (0.10.15 or newer: older versions read the
+int8 file's embedding table wrongly):
+
+```kotlin
+val options = TextEmbedder.TextEmbedderOptions.builder()
+    .setBaseOptions(BaseOptions.builder().setModelAssetPath("{name}.tflite").build())
+    .build()
+val embedder = TextEmbedder.createFromOptions(context, options)
+val a = embedder.embed("Wo ist der Drucker?").embeddingResult().embeddings()[0]
+val b = embedder.embed("Where is the printer?").embeddingResult().embeddings()[0]
+val similarity = TextEmbedder.cosineSimilarity(a, b)
+```
+
+The first embedding head (`sentence_embedding`) is the sentence embedding; the second (`token_ids`)
+only serves checks.
+
+### The browser (MediaPipe tasks-text)
+
+The demo in `examples/web` (`npm install` there, serve the repository root with any static server) opens
+this model with `examples/web/index.html?model=../../tinyglot/released/{name}/tflite-mediapipe/model.tflite`.
+In your own page:
+
+```js
+import {{ FilesetResolver, TextEmbedder }} from "@mediapipe/tasks-text";
+const fileset = await FilesetResolver.forTextTasks("node_modules/@mediapipe/tasks-text/wasm");
+const embedder = await TextEmbedder.createFromOptions(fileset,
+  {{ baseOptions: {{ modelAssetPath: "{name}/tflite-mediapipe/model.tflite" }} }});
+const a = embedder.embed("Wo ist der Drucker?").embeddings[0];
+const b = embedder.embed("Where is the printer?").embeddings[0];
+console.log(TextEmbedder.cosineSimilarity(a, b));
+```
+
+## How it was made
+
+{chr(10).join(training)}
+
+Parity of each int8 bundle with the PyTorch student (the export's gates, all passed):
+
+{parity}
+
+Only the first {m['max_len']} tokens of a sentence count. A release records the embeddings of
+{len(RECORDED_SENTENCES)} sentences from each bundle in `{MANIFEST}`; `tests/test_released.py` checks them,
+the file hashes, and that the ONNX file runs in a process that imports onnxruntime only.
+{(chr(10) + str(m['notes']) + chr(10)) if m.get('notes') else ''}"""
+
+
+# ====================================================================== the release
+def _student_info(student: Path) -> dict[str, Any]:
+    from tinyglot.models import read_model_config
+
+    cfg = read_model_config(student)
+    shape: dict[str, Any] = cfg["student"] if isinstance(cfg.get("student"), dict) else {}
+    shape_text = ", ".join(f"{k} {shape[k]}" for k in ("num_layers", "hidden_size", "num_heads", "ffn_size",
+                                                       "vocab_size", "embedding_dim") if k in shape)
+    params = cfg.get("parameters", {})
+    if isinstance(params, dict) and params.get("total"):
+        shape_text += f"; {params['total']:,} parameters"
+    return {"kind": cfg.get("kind"), "preset": cfg.get("preset"), "teacher": cfg.get("teacher"),
+            "steps": cfg.get("trained_steps"), "shape": shape_text or None, "best_dev_p1": cfg.get("best_dev_p1")}
+
+
+def _teacher_licence(card: dict, teacher: str) -> dict[str, Any]:
+    given = card.get("teacher_licence")
+    if isinstance(given, dict):
+        return {"name": teacher, **given}
+    if "e5" in teacher.lower():
+        return dict(E5_SMALL)
+    return {"name": teacher, "licence": "trained by tinyglot on the data below (no third-party model)"}
+
+
+def _release_command(student: str | Path, name: str, card_path: Any, extra: Sequence[str]) -> str:
+    parts = ["tinyglot", "release", "--model", str(student), "--name", name]
+    if isinstance(card_path, (str, os.PathLike)):
+        parts += ["--card-data", str(card_path)]
+    import shlex
+
+    return shlex.join([*parts, *extra])
+
+
+def _strip_records(folder: Path) -> None:
+    from tinyglot.outputs import RECORD
+
+    for record in folder.rglob(RECORD):
+        if record.parent != folder:  # the bundles' own records: the release folder owns them as a whole
+            record.unlink()
+
+
+def release_student(
+    student: str | os.PathLike[str],
+    name: str,
+    card_data: str | os.PathLike[str] | dict | None = None,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    corpus: Sequence[str | os.PathLike[str]] = (),
+    formats: Sequence[str] = FORMATS,
+    allowed_licences: Iterable[str] = (),
+    max_bytes: int = MAX_RELEASE_BYTES,
+    testset: Any = None,
+    max_sentences: int = 100,
+    command: str | None = None,
+    say: Callable[[str], None] = lambda msg: None,
+) -> dict[str, Any]:
+    """Release the student at ``student`` as ``root/NAME`` (default root: the package's
+    ``tinyglot/released``); returns the manifest.  See the module docstring."""
+    from tinyglot.export.formats import get_format
+    from tinyglot.locks import LOCK_NAME, run_lock
+    from tinyglot.outputs import RECORD, replace_folder, staging_folder, write_record
+
+    name = check_name(name)
+    student = Path(student)
+    formats = list(dict.fromkeys(formats))
+    if not formats or not set(formats) <= set(FORMATS):
+        raise TinyglotError(f"a release holds {', '.join(FORMATS)} bundles, not {', '.join(formats) or 'none'}")
+    card, base = read_card_data(card_data)
+    info = _student_info(student)
+    if info["kind"] == "bundle":
+        raise TinyglotError(f"{student} is an exported bundle, not a student",
+                            "pass the student folder that `tinyglot distill` or `tinyglot run` wrote: the release "
+                            "exports it itself")
+    teacher = str(card.get("teacher") or info["teacher"] or "unknown")
+    corpus_paths = [Path(p) for p in corpus] + [_path(p, base, "corpus") for p in card.get("corpus", [])]
+    attributions = corpus_attributions(corpus_paths) if corpus_paths else []
+    for extra in card.get("attributions", []):
+        if not isinstance(extra, dict) or not extra.get("src") or not extra.get("license"):
+            raise TinyglotError(f"an attribution of the card data lacks src or license: {extra!r}")
+        attributions.append({"src": extra["src"], "license": extra["license"], "rows": extra.get("rows", "–"),
+                             "languages": extra.get("languages"), "by": extra.get("by", "")})
+    check_licences(attributions, allowed_licences)
+    results, bench_speed = read_results(card, base, name, str(card.get("teacher_spec") or "e5-small"))
+    out = released_root(root) / name
+    say(f"releasing {student} as {name} into {out}")
+    with run_lock(out, "tinyglot release", RELEASED_KIND, exclusive=True):
+        stage = staging_folder(out)
+        try:
+            manifest = _build(student, name, stage, formats, card, info, teacher, attributions, results, bench_speed,
+                              max_bytes, testset, max_sentences, command or _release_command(student, name, card_data,
+                                                                                            []), say, get_format)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        replace_folder(stage, out, RELEASED_KIND)
+        # the record as git keeps it: without the pid and host of the swap (the swap is over)
+        write_record(out, RELEASED_KIND, [n for n in os.listdir(out) if n not in (RECORD, LOCK_NAME)],
+                     exclusive=True)
+    from tinyglot.released import verify
+
+    verify(out)
+    say(f"released {name}: {_mb(manifest['bytes'])}, {', '.join(manifest['formats'])} ({out})")
+    return manifest
+
+
+def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict, info: dict, teacher: str,
+           attributions: list[dict], results: dict, bench_speed: list[dict], max_bytes: int, testset: Any,
+           max_sentences: int, command: str, say: Callable[[str], None], get_format: Callable) -> dict[str, Any]:
+    import tinyglot
+    from tinyglot.integrity import sha256_file
+    from tinyglot.io import atomic_write_json, atomic_write_text, folder_bytes
+    from tinyglot.outputs import RECORD
+
+    bundles: dict[str, dict[str, Any]] = {}
+    for fmt in formats:
+        say(f"exporting {fmt} ({QUANTIZATION} int8) with its parity gates")
+        result = get_format(fmt).export(student, stage / fmt, QUANTIZATION, threads=1, max_sentences=max_sentences,
+                                        testset=testset, parity_gate=True, say=say)
+        bundles[fmt] = {"config": result.config, "parity": result.config.get("parity", {})}
+        _strip_records(stage)
+        used = folder_bytes(stage)
+        if used > max_bytes:  # refused as soon as it is known
+            raise too_big(name, stage, used, max_bytes)
+    configs = [b["config"] for b in bundles.values()]
+    cfg0 = configs[0]
+    from tinyglot.data.embedded import load_testset
+
+    speed_sentences = [s for pairs in load_testset().values() for p in pairs[:8] for s in (p.x, p.en)]
+    speed_sentences = speed_sentences[:SPEED_SENTENCES]
+    recorded: dict[str, Any] = {}
+    speed: list[dict] = []
+    for fmt in formats:
+        enc = tinyglot.load(stage / fmt)
+        try:
+            recorded[fmt] = record_embeddings(enc, fmt)
+            say(f"measuring {fmt} on this machine (one thread)")
+            speed.append(measure_speed(enc, fmt, speed_sentences, name))
+        finally:
+            close = getattr(enc, "close", None)
+            if callable(close):
+                close()
+    training: dict[str, Any] = card["training"] if isinstance(card.get("training"), dict) else {}
+    languages = list(card.get("languages") or cfg0.get("languages") or [])
+    licence = str(card.get("licence") or "MIT")
+    manifest: dict[str, Any] = {
+        "tinyglot_release": MANIFEST_VERSION,
+        "name": name,
+        "description": str(card.get("description") or f"tinyglot student {name}"),
+        "languages": languages,
+        "dim": int(cfg0["dim"]),
+        "max_len": int(cfg0["max_len"]),
+        "default_format": DEFAULT_FORMAT if DEFAULT_FORMAT in formats else formats[0],
+        "formats": {},
+        "bytes": 0,
+        "results": results,
+        "test_sets": card.get("test_sets") or {},
+        "speed": speed + bench_speed + [r for r in card.get("speed", []) if isinstance(r, dict)],
+        "licences": {"model": licence, "code": "Apache-2.0 (tinyglot)", "teacher": _teacher_licence(card, teacher),
+                     "data": attributions},
+        "made": {
+            "teacher": teacher,
+            "preset": training.get("preset") or info["preset"],
+            "steps": training["steps"] if training.get("steps") is not None else info["steps"],
+            "student_shape": info["shape"],
+            "data": training.get("data") or (", ".join(sorted({a["src"] for a in attributions})) or None),
+            "training_command": training.get("command"),
+            "training_time": training.get("time"),
+            "release_command": command,
+            "tinyglot": tinyglot.__version__,
+            "date": datetime.date.today().isoformat(),
+            "runtimes": _runtime_versions(),
+            "quantization": QUANTIZATION,
+        },
+        "recorded": {"sentences": list(RECORDED_SENTENCES), "dims": RECORDED_DIMS, "int8_kernels": _int8_kernels(),
+                     "tolerance": dict(TOLERANCE), "formats": recorded},
+        "notes": card.get("notes"),
+        "files": {},
+    }
+    for fmt, bundle in bundles.items():
+        files = sorted(p for p in (stage / fmt).rglob("*") if p.is_file())
+        model_file = stage / fmt / bundle["config"]["files"][0]
+        manifest["formats"][fmt] = {"folder": fmt, "bytes": sum(p.stat().st_size for p in files),
+                                    "model_file": f"{fmt}/{bundle['config']['files'][0]}",
+                                    "model_file_bytes": model_file.stat().st_size,
+                                    "quantization": bundle["config"].get("quantization", {}).get("mode"),
+                                    "parity": bundle["parity"]}
+    atomic_write_text(stage / LICENSES, licences_text(manifest))
+    # the card names the total size: computed with a card of the same length first
+    for _ in range(2):
+        manifest["bytes"] = sum(p.stat().st_size for p in stage.rglob("*")
+                                if p.is_file() and p.name not in (RECORD, MANIFEST))
+        atomic_write_text(stage / CARD, model_card(manifest))
+    manifest["files"] = {p.relative_to(stage).as_posix(): sha256_file(p) for p in sorted(stage.rglob("*"))
+                         if p.is_file() and p.name not in (RECORD, MANIFEST)}
+    manifest["bytes"] = sum((stage / f).stat().st_size for f in manifest["files"])
+    atomic_write_json(stage / MANIFEST, manifest)
+    used = folder_bytes(stage)
+    if used > max_bytes:
+        raise too_big(name, stage, used, max_bytes)
+    return manifest
+
+
+def too_big(name: str, stage: Path, used: int, max_bytes: int) -> TinyglotError:
+    from tinyglot.outputs import RECORD
+
+    files = sorted(((p.stat().st_size, p.relative_to(stage).as_posix()) for p in stage.rglob("*")
+                    if p.is_file() and p.name != RECORD), reverse=True)
+    biggest = ", ".join(f"{rel} {_mb(size)}" for size, rel in files[:4])
+    return TinyglotError(f"{name} would take {_mb(used)}, more than the {_mb(max_bytes)} a released model may take "
+                         f"(biggest files: {biggest}); nothing was released",
+                         "release a smaller student (fewer layers, a narrower width or a pruned vocabulary: "
+                         "tinyglot export --prune-vocab writes the pruned student)")
+
+
+__all__ = ["COLUMNS", "RECORDED_SENTENCES", "TOLERANCE", "check_licences", "corpus_attributions",
+           "licence_is_permissive", "model_card", "read_card_data", "read_results", "release_student"]
