@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.integrity import sha256_file
 from tinyglot.export.formats import bundle_runtimes
 
 N_SENTENCES = 256  # distinct real sentences per sequence length fed to the runner
@@ -43,14 +44,6 @@ class BenchModel:
         if self.runtime == "peer":
             return None
         return self.path / self.config.get("tokenizer", "tokenizer.model")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # bundle format -> runner runtime: each format's record says (tinyglot.export.formats.bundle_runtimes); the
@@ -99,7 +92,7 @@ def resolve_model(path: str | Path) -> BenchModel:
         q = cfg.get("quantization") or {}
         quant = (q.get("name") or q.get("mode") or "none") if isinstance(q, dict) else str(q)
         return BenchModel(path, path.name, runtimes[fmt], fmt, quant, model, model.stat().st_size,
-                          _sha256(model), int(cfg.get("max_len", 512)), cfg)
+                          sha256_file(model), int(cfg.get("max_len", 512)), cfg)
     from tinyglot.registry import KINDS, source_sha, source_size
 
     if kind in KINDS:

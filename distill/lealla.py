@@ -103,7 +103,11 @@ class LeallaTrainer:
         preset.student.vocab_size = tokenizer.vocab_size
         self.data: TokenizedPairs = tokenized_corpus(train_g, tokenizer, preset.student.max_len, tc, self.device,
                                                      self.ctx)
-        self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed)
+        self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed,
+                              general_share=tc.general_share)
+        if self.plan.general_fraction() > 0:
+            log.info("general-domain rows: %.1f %% of the draws (train.general_share=%s)",
+                     100 * self.plan.general_fraction(), tc.general_share)
         # teacher embeddings of every distinct training sentence (loss.fd_target=english: of every
         # distinct English sentence, the target of both sides), cached on disk
         index: dict[str, int] = {}

@@ -151,6 +151,14 @@ def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool) -> No
     write_bundle_config(out, cfg)
 
 
+def bundle_tokenizer(path: str | Path, cfg: dict) -> Any:
+    """The :class:`~tinyglot.tokenizer.Tokenizer` of the bundle ``path`` (config ``cfg``, as
+    :func:`read_bundle` returns it): string-in encoders sort a call's sentences by its token counts."""
+    from tinyglot.tokenizer import Tokenizer
+
+    return Tokenizer.load(folder_file(Path(path), cfg.get("tokenizer", TOKENIZER), "'tokenizer'"))
+
+
 def read_bundle(path: str | Path, fmt: str | None = None) -> dict:
     """A bundle's config, checked: kind ``bundle``, the expected format, model files present (names
     inside the folder) and unchanged since the export (the sha256 its config recorded)."""

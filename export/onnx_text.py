@@ -46,7 +46,8 @@ from tinyglot.encoder import check_sentences, text_lengths
 from tinyglot.errors import TinyglotError
 from tinyglot.ortx import ortx_library_path, preload_ortx
 
-from .bundle import ExportResult, Source, StringBundleConverter, embedding_module_class, export_bundle, read_bundle
+from .bundle import (ExportResult, Source, StringBundleConverter, bundle_tokenizer, embedding_module_class,
+                     export_bundle, read_bundle)
 from .parity import STANDALONE_ONNX, Gates, ParityReport, parity_paragraph
 
 LOADER = "tinyglot.export.onnx_text:load_onnx_text_bundle"
@@ -198,14 +199,18 @@ def session_options(threads: int = 1):
 
 
 class OnnxTextEncoder:
-    """``Encoder`` over a string-in ONNX file: strings go into the graph as they are."""
+    """``Encoder`` over a string-in ONNX file: strings go into the graph as they are.  ``tokenizer``: the
+    bundle's SentencePiece model, to sort a call's sentences by tokens into sub-batches (by characters
+    without it)."""
 
-    def __init__(self, model_path: str | Path, max_len: int, threads: int = 1, name: str = "") -> None:
+    def __init__(self, model_path: str | Path, max_len: int, threads: int = 1, name: str = "",
+                 tokenizer: Any = None) -> None:
         so = session_options(threads)
         import onnxruntime as ort
 
         self.model_path = Path(model_path)
         self.max_len = int(max_len)
+        self.tokenizer = tokenizer
         self.name = name or f"onnx-text ({self.model_path.parent.name})"
         try:
             self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
@@ -231,8 +236,8 @@ class OnnxTextEncoder:
             emb, ids = self.run_texts([texts[i] for i in rows])
             return np.where(np.any(ids != 0, axis=1, keepdims=True), emb, 0.0)  # no tokens: the zero vector
 
-        # sorted by characters: the graph pads each batch to its longest sentence
-        return encode_by_length(text_lengths(texts), batch_size, run)
+        # sorted by tokens: the graph pads each batch to its longest sentence
+        return encode_by_length(text_lengths(texts, self.tokenizer, self.max_len), batch_size, run)
 
 
 def load_onnx_text_bundle(path: str | Path, threads: int = 1, **_: Any) -> OnnxTextEncoder:
@@ -241,7 +246,8 @@ def load_onnx_text_bundle(path: str | Path, threads: int = 1, **_: Any) -> OnnxT
     cfg = read_bundle(path, FORMAT)
     q = cfg.get("quantization", {}).get("mode", "none")
     return OnnxTextEncoder(path / cfg["files"][0], cfg["max_len"], threads=threads,
-                           name=f"onnx-text{'-' + q if q != 'none' else ''} ({path.name})")
+                           name=f"onnx-text{'-' + q if q != 'none' else ''} ({path.name})",
+                           tokenizer=bundle_tokenizer(path, cfg))
 
 
 # ====================================================================== the whole export
@@ -275,7 +281,7 @@ class OnnxTextConverter(StringBundleConverter):
         return stats
 
     def open(self, out: Path, source: Source) -> OnnxTextEncoder:
-        return OnnxTextEncoder(out / MODEL_FILE, source.max_len, threads=self.threads)
+        return OnnxTextEncoder(out / MODEL_FILE, source.max_len, threads=self.threads, tokenizer=source.tokenizer)
 
     def gates(self) -> Gates:
         return gates_for_mode(self.qcfg.mode)

@@ -50,7 +50,8 @@ from tinyglot.encoder import check_sentences, encode_by_length, text_lengths
 from tinyglot.errors import TinyglotError
 from tinyglot.registry import KINDS
 
-from .bundle import TOKENIZER, Converter, ExportResult, Source, export_bundle, open_source, read_bundle
+from .bundle import (TOKENIZER, Converter, ExportResult, Source, bundle_tokenizer, export_bundle, open_source,
+                     read_bundle)
 from .parity import Gates
 
 LOADER = "tinyglot.export.savedmodel:load_savedmodel_bundle"
@@ -227,10 +228,12 @@ def run_tf_subprocess(module: str, spec: dict, threads: int, timeout: float, wha
 class SavedModelEncoder:
     """``Encoder`` over a raw-string SavedModel, loaded with ``tensorflow_hub.KerasLayer``.
 
-    The graph tokenises: ``encode`` feeds the strings themselves (sorted by length, in batches of
-    ``batch_size``).  :meth:`run_batch` feeds token ids through the ``encode_ids`` function."""
+    The graph tokenises: ``encode`` feeds the strings themselves (sorted by length: tokens of
+    ``tokenizer``, the bundle's, else characters; in batches of ``batch_size``).  :meth:`run_batch`
+    feeds token ids through the ``encode_ids`` function."""
 
-    def __init__(self, path: str | Path, max_len: int | None = None, threads: int = 1, name: str = "") -> None:
+    def __init__(self, path: str | Path, max_len: int | None = None, threads: int = 1, name: str = "",
+                 tokenizer: Any = None) -> None:
         _require_tf()
         _tf_threads(threads)
         import tensorflow_hub as hub
@@ -238,6 +241,7 @@ class SavedModelEncoder:
 
         self.path = Path(path)
         self.max_len = max_len
+        self.tokenizer = tokenizer
         self.name = name or f"savedmodel ({self.path.name})"
         try:
             self.layer = hub.KerasLayer(str(self.path), trainable=False)
@@ -259,7 +263,7 @@ class SavedModelEncoder:
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         sentences = check_sentences(sentences)
-        return encode_by_length(text_lengths(sentences), batch_size,
+        return encode_by_length(text_lengths(sentences, self.tokenizer, self.max_len or 0), batch_size,
                                 lambda rows: self.embed_strings([sentences[i] for i in rows]))
 
 
@@ -267,7 +271,8 @@ def load_savedmodel_bundle(path: str | Path, threads: int = 1, **_: Any) -> Save
     """The loader named in a SavedModel bundle's config.json: ``tinyglot.load(bundle)`` calls it."""
     path = Path(path)
     cfg = read_bundle(path, FORMAT)
-    return SavedModelEncoder(path, cfg.get("max_len"), threads=threads, name=f"savedmodel ({path.name})")
+    return SavedModelEncoder(path, cfg.get("max_len"), threads=threads, name=f"savedmodel ({path.name})",
+                             tokenizer=bundle_tokenizer(path, cfg))
 
 
 # ====================================================================== the whole export
@@ -329,7 +334,7 @@ class SavedModelConverter(Converter):
         return {}
 
     def open(self, out: Path, source: Source) -> SavedModelEncoder:
-        return SavedModelEncoder(out, source.max_len, threads=self.threads)
+        return SavedModelEncoder(out, source.max_len, threads=self.threads, tokenizer=source.tokenizer)
 
     def gates(self) -> Gates:
         return Gates.for_mode("none")

@@ -545,6 +545,20 @@ def export_tflite_mediapipe(
 
 
 # ====================================================================== model card
+def kotlin_snippet(asset: str, a: str, b: str) -> str:
+    """The Kotlin of a model card: MediaPipe's TextEmbedder opens the asset ``asset`` and compares the
+    embeddings of the sentences ``a`` and ``b``."""
+    return f"""```kotlin
+val options = TextEmbedder.TextEmbedderOptions.builder()
+    .setBaseOptions(BaseOptions.builder().setModelAssetPath("{asset}").build())
+    .build()
+val embedder = TextEmbedder.createFromOptions(context, options)
+val a = embedder.embed("{a}").embeddingResult().embeddings()[0]
+val b = embedder.embed("{b}").embeddingResult().embeddings()[0]
+val similarity = TextEmbedder.cosineSimilarity(a, b)
+```"""
+
+
 def model_card(cfg: dict, report: ParityReport | None = None) -> str:
     name = cfg["files"][0]
     q = cfg.get("quantization", {}).get("mode", "none")
@@ -560,15 +574,7 @@ zero vector. Languages of the vocabulary: {', '.join(cfg.get('languages', []))}.
 
 ## Kotlin (Android, `com.google.mediapipe:tasks-text`)
 
-```kotlin
-val options = TextEmbedder.TextEmbedderOptions.builder()
-    .setBaseOptions(BaseOptions.builder().setModelAssetPath("{name}").build())
-    .build()
-val embedder = TextEmbedder.createFromOptions(context, options)
-val a = embedder.embed("Hallo Welt").embeddingResult().embeddings()[0]
-val b = embedder.embed("Hello world").embeddingResult().embeddings()[0]
-val similarity = TextEmbedder.cosineSimilarity(a, b)
-```
+{kotlin_snippet(name, "Hallo Welt", "Hello world")}
 
 ## Swift (iOS, pod `MediaPipeTasksText`)
 

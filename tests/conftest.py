@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,6 +27,20 @@ except ImportError:  # pragma: no cover
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 TEST_LANGS = ("de", "fr", "ja", "ru")
+
+
+# Session fixtures that take a minute or more: the tests that use one run in the same pytest-xdist worker,
+# so that each is built once (a test that asks for one with request.getfixturevalue carries the mark).
+SHARED_GROUPS = {"tiny_run": "tiny-run", "mediapipe_export": "mediapipe", "mediapipe_bundle": "mediapipe"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {SHARED_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_GROUPS}
+        if len(groups) > 1:
+            raise pytest.UsageError(f"{item.nodeid} uses the fixtures of two xdist groups: {sorted(groups)}")
+        if groups and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups.pop()))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -86,3 +105,82 @@ def student_dir(tokenizer, tmp_path_factory) -> Path:
     cfg = StudentConfig(hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_len=48, dropout=0.0,
                         vocab_size=tokenizer.vocab_size)
     return save_student(Student(cfg), tokenizer, tmp_path_factory.mktemp("student") / "student")
+
+
+MEDIAPIPE_SENTENCES = 25  # parity sentences of the shared MediaPipe bundle
+
+
+@pytest.fixture(scope="session")
+def mediapipe_export(student_dir, tmp_path_factory):
+    """One fp32 tflite-mediapipe export of ``student_dir`` (input shape ``auto``: dynamic where TensorFlow
+    is installed), for the tests that only read a MediaPipe bundle: each conversion takes half a minute
+    (TensorFlow's converter in a subprocess).  Its :class:`ExportResult`; the bundle is ``.out``."""
+    pytest.importorskip("litert_torch")
+    pytest.importorskip("mediapipe.tasks.python.text.text_embedder")
+    from tinyglot.export.tflite_mediapipe import export_tflite_mediapipe
+
+    return export_tflite_mediapipe(student_dir, tmp_path_factory.mktemp("shared-bundles") / "mp-fp32", "none",
+                                   max_sentences=MEDIAPIPE_SENTENCES)
+
+
+@pytest.fixture(scope="session")
+def mediapipe_bundle(mediapipe_export) -> Path:
+    """The folder of :func:`mediapipe_export` (read it, never write to it)."""
+    return mediapipe_export.out
+
+
+# ====================================================================== the tiny pipeline, end to end
+# Variables that hide (or show) third-party output: a user has none of them set (tests/test_quiet.py).
+HIDING_ENV = ("USE_TF", "USE_TORCH", "USE_JAX", "USE_FLAX", "TRANSFORMERS_NO_TF", "TRANSFORMERS_NO_ADVISORY_WARNINGS",
+              "TRANSFORMERS_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "GLOG_minloglevel",
+              "ABSL_MIN_LOG_LEVEL", "PYTHONWARNINGS", "TINYGLOT_VERBOSE")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment as a user's shell has it: none of :data:`HIDING_ENV`, progress bars off."""
+    env = {k: v for k, v in os.environ.items() if k not in HIDING_ENV}
+    env.update(TINYGLOT_NO_PROGRESS="1", **extra)
+    return env
+
+
+@dataclass
+class TinyRun:
+    out: Path
+    env: dict
+    interrupted: subprocess.CompletedProcess  # stdout and stderr together
+    teacher_done_at_kill: bool
+    teacher_marker_at_kill: bytes | None  # stages/teacher.json as the killed run left it
+    resumed: subprocess.CompletedProcess
+    seconds: float
+
+
+def run_tiny(out: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    """``tinyglot run --profile tiny --out OUT [EXTRA]`` in a subprocess, its output captured."""
+    return subprocess.run([sys.executable, "-m", "tinyglot", "run", "--profile", "tiny", "--out", str(out), *extra],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> TinyRun:
+    """The tiny pipeline in a user's environment (:func:`clean_env`), interrupted (SIGTERM) while the
+    teacher trains, then rerun to the end: tests/test_pipeline.py checks the stages, tests/test_quiet.py
+    the terminal.  Tests may rerun it with other settings, never delete it."""
+    root = tmp_path_factory.mktemp("pipeline")
+    out = root / "run"
+    env = clean_env(TINYGLOT_HOME=str(root / "home"))
+    proc = subprocess.Popen([sys.executable, "-m", "tinyglot", "run", "--profile", "tiny", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "teacher" / "last.pt").exists() or (out / "stages" / "teacher.json").exists():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=120)
+    marker = out / "stages" / "teacher.json"
+    teacher_marker = marker.read_bytes() if marker.exists() else None
+    interrupted = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
+    started = time.time()
+    resumed = run_tiny(out, env)
+    return TinyRun(out, env, interrupted, teacher_marker is not None, teacher_marker, resumed,
+                   time.time() - started)

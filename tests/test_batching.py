@@ -135,3 +135,50 @@ def test_pad_arrays_matches_the_tokenizer(tokenizer, small_pairs):
     assert np.array_equal(mine.ids, theirs.ids) and np.array_equal(mine.mask, theirs.mask)
     assert mine.ids.dtype == np.int64 and mine.mask.dtype == np.int64
     assert data.truncated > 0 and max(len(s) for lang in data.x for s in lang) == 24
+
+
+def _with_sources(data: TokenizedPairs, general: dict[str, int]) -> TokenizedPairs:
+    """``data`` with its Pair rows: the last ``general[lang]`` rows of a language are general-domain."""
+    from tinyglot.data.pairs import GENERAL_SRC_PREFIX, Pair
+
+    data.pairs = []
+    for li, lang in enumerate(data.langs):
+        n, g = data.count(li), general.get(lang, 0)
+        data.pairs.append([Pair(lang, f"x{i}", f"en{li}-{i}", GENERAL_SRC_PREFIX + "book" if i >= n - g else "ui")
+                           for i in range(n)])
+    return data
+
+
+def test_general_share_sets_the_share_of_general_rows_per_language():
+    counts = {"de": 20000, "fr": 3000, "ja": 2000}
+    data = _with_sources(_pairs(counts), {"de": 1000, "ja": 2000})  # fr: none; ja: only general rows
+    de, fr, ja = (data.langs.index(x) for x in ("de", "fr", "ja"))
+
+    def general_share_of(plan: BatchPlan, lang: int) -> float:
+        rows = np.concatenate([plan.batch(s) for s in range(300)])
+        rows = rows[rows[:, 0] == lang]
+        return float(np.mean([data.pairs[lang][pi].general for _, pi in rows]))
+
+    plain = BatchPlan(data, 32, 2.0, seed=0)  # 0: rows in proportion to their number, as before
+    assert general_share_of(plain, de) == pytest.approx(1000 / 20000, abs=0.02)
+    unmarked = _pairs(counts)  # the same token arrays without Pair rows: the very same batches
+    assert all(np.array_equal(plain.batch(s), BatchPlan(unmarked, 32, 2.0, seed=0).batch(s)) for s in range(60))
+    half = BatchPlan(data, 32, 2.0, seed=0, general_share=0.5)
+    assert general_share_of(half, de) == pytest.approx(0.5, abs=0.04)
+    assert general_share_of(half, fr) == 0.0 and general_share_of(half, ja) == 1.0
+    probs = sampling_probs(counts, 2.0)  # languages are drawn as before
+    assert half.general_fraction() == pytest.approx(0.5 * probs["de"] + probs["ja"])
+    assert plain.general_fraction() == pytest.approx(1000 / 20000 * probs["de"] + probs["ja"])
+    again = BatchPlan(data, 32, 2.0, seed=0, general_share=0.5)  # seeded and resumable like every plan
+    assert all(np.array_equal(half.batch(s), again.batch(s)) for s in (70, 3, 0))
+    for s in range(20):  # every row a real pair, drawn once
+        rows = half.batch(s)
+        assert all(0 <= pi < data.count(li) for li, pi in rows) and len({tuple(r) for r in rows}) == len(rows)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.0])
+def test_general_share_out_of_range_is_refused(share):
+    from tinyglot.trainloop import TrainSettings
+
+    with pytest.raises(TinyglotError, match="general_share"):
+        TrainSettings(general_share=share).validate()

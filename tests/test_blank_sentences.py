@@ -74,14 +74,13 @@ def test_strict_check_refuses_blank_sentences():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["tflite", "tflite-mediapipe"])
-def test_phone_bundles_embed_blank_sentences_as_zero(fmt, student_dir, tmp_path):
+@pytest.mark.parametrize("fmt", ["tflite",
+                                 pytest.param("tflite-mediapipe", marks=pytest.mark.xdist_group("mediapipe"))])
+def test_phone_bundles_embed_blank_sentences_as_zero(fmt, student_dir, tmp_path, request):
     if fmt == "tflite":
         from tinyglot.export.tflite import export_tflite
 
         out = export_tflite(student_dir, tmp_path / fmt, "none", max_sentences=10).out
-    else:
-        from tinyglot.export.formats import export_string_bundle
-
-        out = export_string_bundle(fmt, student_dir, tmp_path / fmt, "none", max_sentences=10, standalone=False).out
+    else:  # the shared MediaPipe bundle (conftest): one conversion per session
+        out = request.getfixturevalue("mediapipe_bundle")
     _check(tinyglot.load(out))

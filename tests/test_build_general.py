@@ -1,13 +1,13 @@
-"""data/build_general.py (issue #24): extraction, cleaning, language codes, the test/train split, the
-permissive filter and a deterministic build, on small packages made here (no network)."""
+"""tinyglot.data.general, ``tinyglot data general`` (issue #24): extraction, cleaning, language codes, the
+test/train split, the permissive filter and a deterministic build, on small packages made here (no network)."""
 
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import io
 import json
 import struct
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -15,15 +15,12 @@ from pathlib import Path
 
 import pytest
 
+import tinyglot.data.general as bg
+from tinyglot.app.cli import main
 from tinyglot.data import PERMISSIVE
 from tinyglot.errors import TinyglotError
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("build_general", ROOT / "data" / "build_general.py")
-assert _spec is not None and _spec.loader is not None
-bg = importlib.util.module_from_spec(_spec)
-sys.modules["build_general"] = bg
-_spec.loader.exec_module(bg)
 
 
 # ------------------------------------------------------------------------------------ fixture makers
@@ -174,6 +171,19 @@ def test_po_parser_skips_header_fuzzy_plural_and_obsolete_entries():
     )
     assert list(bg.parse_po(po)) == [("The long road home.", 'Der lange Weg nach "Hause".'),
                                      ("Last line.", "Letzte Zeile.")]
+
+
+def test_po_parser_is_the_readers_parser_tolerant_of_what_read_po_refuses(tmp_path):
+    from tinyglot.data import read_po
+    from tinyglot.errors import DataError
+
+    po = ('msgid "Broken string\nmsgstr "x"\nfoo bar\n"stray continuation"\n\n'
+          'msgid "Kept line."\nmsgstr "Behaltene\\a Zeile.\\r"\n')
+    assert list(bg.parse_po(po)) == [("Kept line.", "Behaltene Zeile.")]  # \a, \r read as nothing here
+    path = tmp_path / "de.po"
+    path.write_text(po, encoding="utf-8")
+    with pytest.raises(DataError, match="malformed string"):
+        list(read_po(path))
 
 
 def test_mo_parser_reads_entries_and_drops_context_header_and_plurals():
@@ -383,10 +393,62 @@ def test_missing_package_in_an_offline_cache_is_a_clear_error(tmp_path, cache):
     assert not (tmp_path / "out" / "general-train.jsonl.gz").exists()
 
 
-def test_unknown_skip_is_an_error_and_main_reports_it(tmp_path, cache, capsys):
-    code = bg.main(["--out", str(tmp_path / "o"), "--cache", str(cache), "--offline", "--skip", "nope"])
+def test_unknown_skip_is_an_error_and_the_command_reports_it(tmp_path, cache, capsys):
+    code = main(["data", "general", "--out", str(tmp_path / "o"), "--cache", str(cache), "--offline",
+                 "--skip", "nope"])
     assert code == 2
     assert "--skip names no source: nope" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ the command
+
+
+def test_data_general_help_names_its_options_and_defaults():
+    got = subprocess.run([sys.executable, "-m", "tinyglot", "data", "general", "--help"], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("usage: tinyglot data general")
+    text = " ".join(got.stdout.split())
+    for option in ("--out", "--cache", "--holdout", "--permissive-only", "--skip", "--offline", "--languages"):
+        assert option in text
+    assert "$TINYGLOT_HOME/general," in text and "$TINYGLOT_HOME/general-cache" in text
+
+
+def test_the_old_script_runs_the_command():
+    got = subprocess.run([sys.executable, str(ROOT / "data" / "build_general.py"), "--help"], capture_output=True,
+                         text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("usage: tinyglot data general")
+
+
+def test_offline_with_an_empty_cache_names_the_missing_download_and_the_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    assert bg.default_out() == tmp_path / "home" / "general"
+    assert bg.default_cache() == tmp_path / "home" / "general-cache"
+    first = bg.SOURCES[0].packages[0]  # the test source is read first
+    with pytest.raises(TinyglotError) as err:
+        bg.build_general(offline=True, log=lambda _: None)
+    assert f"no {first}_*.deb in {tmp_path / 'home' / 'general-cache' / 'debian'}" in err.value.problem
+    assert err.value.fix and "run once without --offline" in err.value.fix
+    assert main(["data", "general", "--offline"]) == 2  # the command: one message, no traceback
+    printed = " ".join(capsys.readouterr().err.split())
+    assert f"--offline, and no {first}_*.deb" in printed and "fix: run once without --offline" in printed
+    assert "Traceback" not in printed
+    assert not (tmp_path / "home" / "general").exists()
+
+
+def test_the_command_builds_into_out_and_reports_what_it_wrote(tmp_path, cache, capsys, monkeypatch):
+    monkeypatch.setattr(bg, "SOURCES", sources())
+    out = tmp_path / "out"
+    assert main(["data", "general", "--out", str(out), "--cache", str(cache), "--offline", "--min-test", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "[1/4] story (story-data 1:1.0-1)" in printed
+    assert f"wrote {out / 'general-train.jsonl.gz'}" in " ".join(printed.split())
+    assert train_rows(out) and (out / "general-test" / "de.tsv").exists()
+    record = bg.build_general(tmp_path / "again", cache, offline=True, min_test=2, log=lambda _: None)
+    assert record["command"]["languages"] == sorted(record["command"]["languages"])  # type: ignore[index]
+    for name in ("general-train.jsonl.gz", "general-test/de.tsv"):
+        assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes()
 
 
 def test_the_real_sources_keep_test_and_reserved_text_out_of_training():

@@ -20,7 +20,8 @@ def run_cli(*args, cwd=None):
 
 # every command a user can type, as the parser must offer it
 COMMANDS = {(), ("data",), ("data", "stats"), ("data", "prepare"), ("data", "vocab"), ("data", "build-embedded"),
-            ("eval",), ("teacher",), ("teacher", "train"), ("teacher", "eval"), ("distill",), ("export",),
+            ("data", "general"), ("eval",), ("teacher",), ("teacher", "train"), ("teacher", "eval"), ("distill",),
+            ("export",),
             ("bench",), ("bench", "report"), ("bench", "devices"), ("run",), ("release",), ("models",)}
 
 

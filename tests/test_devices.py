@@ -364,7 +364,8 @@ def test_tflite_runner_on_a_real_bundle(student_dir, tmp_path):
     assert 0 < exact["p50_ms"] <= exact["p99_ms"]
 
 
-def test_string_in_bundles_are_measured_with_tokenisation_included(student_dir, tmp_path, capsys):
+@pytest.mark.xdist_group("mediapipe")  # the shared MediaPipe bundle of conftest
+def test_string_in_bundles_are_measured_with_tokenisation_included(student_dir, tmp_path, capsys, request):
     """onnx-text (SentencePiece op in the graph) and tflite-mediapipe (MediaPipe's TextEmbedder) take
     raw strings; the runner feeds text of about seq tokens and the tables say tokenisation is included."""
     pytest.importorskip("onnxruntime_extensions")
@@ -372,10 +373,7 @@ def test_string_in_bundles_are_measured_with_tokenisation_included(student_dir, 
 
     bundles = [export_onnx_text(student_dir, tmp_path / "text", "none", max_sentences=5, standalone=False).out]
     if importlib.util.find_spec("mediapipe") is not None and importlib.util.find_spec("litert_torch") is not None:
-        from tinyglot.export.tflite_mediapipe import export_tflite_mediapipe
-
-        bundles.append(export_tflite_mediapipe(student_dir, tmp_path / "mp", "dynamic", max_sentences=5,
-                                               standalone=False).out)
+        bundles.append(request.getfixturevalue("mediapipe_bundle"))  # conftest: converted once per session
     run = run_bench(bundles, "host", threads=[1], batch=[2], seq=[16], db_path=tmp_path / "s.sqlite", **FEW)
     assert not run.failed, run.failed
     assert [r["runtime"] for r in run.rows] == ["onnx-text", "mediapipe"][: len(bundles)]

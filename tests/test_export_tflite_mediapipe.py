@@ -31,9 +31,8 @@ DYNAMIC = all(importlib.util.find_spec(m) is not None for m in ("tensorflow", "t
 
 
 @pytest.fixture(scope="module")
-def mp_bundle(student_dir, tmp_path_factory):
-    return export_tflite_mediapipe(student_dir, tmp_path_factory.mktemp("bundles") / "mp-fp32", "none",
-                                   max_sentences=N)
+def mp_bundle(mediapipe_export):
+    return mediapipe_export  # conftest: fp32, 25 parity sentences, shared with other tests
 
 
 @pytest.fixture(scope="module")

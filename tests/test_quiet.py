@@ -18,10 +18,7 @@ import pytest
 
 from tinyglot.quiet import VERBOSE_ENV, third_party_output
 
-# Variables that hide (or show) third-party output: a user has none of them set.
-HIDING_ENV = ("USE_TF", "USE_TORCH", "USE_JAX", "USE_FLAX", "TRANSFORMERS_NO_TF", "TRANSFORMERS_NO_ADVISORY_WARNINGS",
-              "TRANSFORMERS_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "GLOG_minloglevel",
-              "ABSL_MIN_LOG_LEVEL", "PYTHONWARNINGS", VERBOSE_ENV)
+from .conftest import clean_env
 
 # What tinyglot itself writes to stderr: its console's "error:"/"fix:"/"interrupted:" lines, and its
 # own loggers through the CLI's log format ("WARNING tinyglot.export.bundle: ...").  Progress bars
@@ -31,12 +28,6 @@ OWN_STDERR = re.compile(r"^(error:|\s*fix:|interrupted:|(DEBUG|INFO|WARNING|ERRO
 THIRD_PARTY_STDOUT = re.compile(r"Original model size|Quantized model size|Quantization Ratio|^Total time:|it/s\]|"
                                 r"^INFO: |^WARNING: |^[IWE]\d{4} |absl::|oneDNN|XNNPACK|FutureWarning|"
                                 r"DeprecationWarning|Please consider")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in HIDING_ENV}
-    env.update(TINYGLOT_NO_PROGRESS="1", **extra)
-    return env
 
 
 def foreign_lines(stderr: str) -> list[str]:
@@ -149,15 +140,16 @@ def test_loading_a_student_is_quiet_and_torch_only(student_dir):
 
 # ------------------------------------------------------------------ end to end
 @pytest.mark.slow
-def test_tiny_run_and_every_bundle_print_only_tinyglot_lines(tmp_path):
-    out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "tinyglot", "run", "--profile", "tiny", "--out", str(out),
-                           "--no-progress"], capture_output=True, text=True, timeout=900,
-                          env=clean_env(TINYGLOT_HOME=str(tmp_path / "home")))
+def test_tiny_run_and_every_bundle_print_only_tinyglot_lines(tiny_run):
+    """The tiny pipeline of tests/test_pipeline.py (conftest), run in a user's environment: stopped while
+    its teacher trains (stdout and stderr together), then rerun to the end (every other stage)."""
+    proc, out = tiny_run.resumed, tiny_run.out
+    assert tiny_run.env.get("USE_TF") is None and tiny_run.env.get("TF_CPP_MIN_LOG_LEVEL") is None
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert foreign_lines(proc.stderr) == [], f"third-party lines on stderr:\n{proc.stderr}"
-    noisy = [line for line in proc.stdout.splitlines() if THIRD_PARTY_STDOUT.search(line)]
-    assert noisy == [], "third-party lines on stdout:\n" + "\n".join(noisy)
+    for text in (proc.stdout, tiny_run.interrupted.stdout):
+        noisy = [line for line in text.splitlines() if THIRD_PARTY_STDOUT.search(line)]
+        assert noisy == [], "third-party lines on stdout:\n" + "\n".join(noisy)
 
     bundles = sorted(p for p in (out / "bundles").iterdir() if (p / "config.json").is_file())
     kinds = {p.name.rsplit("-", 1)[0] for p in bundles}

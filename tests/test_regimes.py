@@ -56,14 +56,9 @@ def test_onnx_bundle_rows_in_every_regime_equal_one_by_one(onnx_bundle, small_pa
     _same_rows_as_one_by_one(tinyglot.load(onnx_bundle), _mixed(small_pairs))
 
 
-@pytest.mark.slow  # converts the MediaPipe file (TensorFlow or litert-torch)
-def test_mediapipe_bundle_rows_in_every_regime_equal_one_by_one(student_dir, small_pairs, tmp_path):
-    pytest.importorskip("litert_torch")
-    pytest.importorskip("mediapipe.tasks.python.text.text_embedder")
-    from tinyglot.export.tflite_mediapipe import export_tflite_mediapipe
-
-    out = export_tflite_mediapipe(student_dir, tmp_path / "mp", "none", max_sentences=10, standalone=False).out
-    enc = tinyglot.load(out)
+@pytest.mark.slow  # the shared MediaPipe bundle (conftest) is converted once per session
+def test_mediapipe_bundle_rows_in_every_regime_equal_one_by_one(mediapipe_bundle, small_pairs):
+    enc = tinyglot.load(mediapipe_bundle)
     try:
         _same_rows_as_one_by_one(enc, _mixed(small_pairs))
     finally:

@@ -67,17 +67,15 @@ def _server(model: Path, results: list, done: threading.Event) -> http.server.Th
     return server
 
 
-def test_browser_demo_matches_the_python_encoder(student_dir, tmp_path):
+def test_browser_demo_matches_the_python_encoder(student_dir, mediapipe_bundle, tmp_path):
     chromium = _chromium()
     _need("Debian's chromium (apt-get install chromium)", chromium is not None)
     _need("npm install in examples/web", (WEB / "node_modules" / "@mediapipe" / "tasks-text" / "wasm").is_dir())
-    pytest.importorskip("mediapipe.tasks.python.text.text_embedder")
     from tinyglot.export.bundle import load_source
-    from tinyglot.export.tflite_mediapipe import export_tflite_mediapipe
 
     from tinyglot.models import TorchEncoder
 
-    bundle = export_tflite_mediapipe(student_dir, tmp_path / "mp", "none", max_sentences=5, standalone=False).out
+    bundle = mediapipe_bundle
     results: list = []
     done = threading.Event()
     server = _server(bundle / "model.tflite", results, done)

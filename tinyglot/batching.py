@@ -175,10 +175,14 @@ class BatchPlan:
     holds sentences of similar length (little padding), and shuffles the batch order.  Within a
     batch a repeated English sentence (the same English translated into two languages) is dropped,
     since it would be a false in-batch negative.
+
+    ``general_share`` > 0: in a language with both general-domain rows (:attr:`Pair.general`) and
+    others, that share of its draws takes a general row (uniformly among them), the rest another row.
     """
 
     def __init__(
-        self, data: TokenizedPairs, batch_size: int, temperature: float, seed: int, chunk: int = 50
+        self, data: TokenizedPairs, batch_size: int, temperature: float, seed: int, chunk: int = 50,
+        general_share: float = 0.0,
     ) -> None:
         if batch_size < 2:
             raise TinyglotError(f"batch_size must be at least 2 for in-batch negatives, got {batch_size}")
@@ -189,7 +193,20 @@ class BatchPlan:
         counts = {lang: data.count(i) for i, lang in enumerate(data.langs)}
         probs = sampling_probs(counts, temperature)
         self.probs = np.array([probs[lang] for lang in data.langs], dtype=np.float64)
+        self.general_share = general_share
+        # per language: (indices of its general rows, of its other rows) where it has both
+        self._domains: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._general = [np.fromiter((p.general for p in ps), dtype=bool, count=len(ps)) for ps in data.pairs]
+        if general_share > 0:
+            for li, general in enumerate(self._general):
+                if general.any() and not general.all():
+                    self._domains[li] = (np.flatnonzero(general), np.flatnonzero(~general))
         self._cache: tuple[int, list[np.ndarray]] | None = None
+
+    def general_fraction(self) -> float:
+        """The expected share of general-domain rows among the draws (language probabilities included)."""
+        return float(sum(self.probs[li] * (self.general_share if li in self._domains else general.mean())
+                         for li, general in enumerate(self._general) if len(general)))
 
     def _chunk(self, c: int) -> list[np.ndarray]:
         if self._cache is not None and self._cache[0] == c:
@@ -199,6 +216,12 @@ class BatchPlan:
         lang = rng.choice(len(self.probs), size=n, p=self.probs)
         counts = np.array([self.data.count(i) for i in range(len(self.probs))])
         idx = np.floor(rng.random(n) * counts[lang]).astype(np.int64)
+        if self._domains:  # (further draws only then: a plan without general_share stays as it was)
+            take_general, where = rng.random(n) < self.general_share, rng.random(n)
+            for li, (general, other) in self._domains.items():
+                rows = np.flatnonzero(lang == li)
+                for pool, pick in ((general, take_general[rows]), (other, ~take_general[rows])):
+                    idx[rows[pick]] = pool[np.floor(where[rows[pick]] * len(pool)).astype(np.int64)]
         length = np.array(
             [max(len(self.data.x[li][pi]), len(self.data.en[li][pi])) for li, pi in zip(lang, idx, strict=True)]
         )

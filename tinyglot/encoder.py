@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -158,9 +158,16 @@ def encode_texts(sentences: Sequence[str], batch_size: int, run: Callable[[list[
     return encode_by_length(text_lengths(texts), batch_size, lambda rows: run([texts[i] for i in rows]))
 
 
-def text_lengths(texts: Sequence[str]) -> list[int]:
-    """What a string-fed model's row costs, in characters; 0 for a blank sentence (a zero row)."""
-    return [0 if is_blank(s) else len(s) for s in texts]
+def text_lengths(texts: Sequence[str], tokenizer: Any = None, max_len: int = 0) -> list[int]:
+    """What a string-fed model's row costs: its tokens (at most ``max_len``) when the graph's own
+    SentencePiece model is at hand as a :class:`~tinyglot.tokenizer.Tokenizer`, else its characters (a
+    poor measure across scripts: sorted by characters, a batch of Latin and CJK sentences still mixes
+    short and long rows); 0 for a blank sentence (a zero row).  Only the batching depends on it: the
+    graph tokenises the strings itself."""
+    if tokenizer is None:
+        return [0 if is_blank(s) else len(s) for s in texts]
+    ids = tokenizer.encode_ids(texts, max(1, max_len or 10**9), allow_empty=True)
+    return [0 if is_blank(s) else max(1, len(x)) for s, x in zip(texts, ids, strict=True)]
 
 
 def encode_token_batches(encoder: TokenBatchRunner, sentences: Sequence[str], batch_size: int) -> np.ndarray:

@@ -41,6 +41,10 @@ class TrainSettings:
     max_steps: int = 1000
     clip_norm: float = 1.0
     lang_temperature: float = 2.0  # language sampling p ~ (n_l/N)^(1/T)
+    # Within a language that has both, the share of draws that take a general-domain row (Pair.general:
+    # the pipeline's data.general); 0 = every row of the language equally likely (general rows then
+    # come up in proportion to their number).
+    general_share: float = 0.0
     dev_fraction: float = 0.02
     dev_pairs_per_lang: int = 200
     log_every: int = 10
@@ -71,6 +75,10 @@ class TrainSettings:
                          "train")
         if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
             raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
+        if not 0.0 <= self.general_share < 1.0:
+            raise TinyglotError(f"train.general_share must be in [0, 1), got {self.general_share}",
+                                "0 samples a language's rows uniformly; 0.5 takes half of its draws from "
+                                "its general-domain rows")
         if self.token_cache not in self.TOKEN_CACHE:
             raise TinyglotError(f"unknown train.token_cache {self.token_cache!r}",
                                 f"choose one of: {', '.join(self.TOKEN_CACHE)}")

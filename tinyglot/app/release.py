@@ -331,7 +331,7 @@ def _runtime_versions() -> dict[str, str]:
     return out
 
 
-def record_embeddings(encoder: Any, fmt: str) -> dict[str, Any]:
+def record_embeddings(encoder: Any) -> dict[str, Any]:
     """What the release records of one bundle: the first dims of the rows of :data:`RECORDED_SENTENCES`,
     each encoded in a call of its own (dynamic int8 quantises activations per call, so a row depends on
     the other rows of its batch), and the cosines between the rows."""
@@ -445,6 +445,8 @@ def licences_text(manifest: dict) -> str:
 
 
 def model_card(manifest: dict) -> str:
+    from tinyglot.export.tflite_mediapipe import kotlin_snippet
+
     m = manifest
     name = m["name"]
     made = m["made"]
@@ -520,15 +522,7 @@ Copy `tflite-mediapipe/model.tflite` into `app/src/main/assets/{name}.tflite`; a
 `implementation("com.google.mediapipe:tasks-text:0.10.21")` (0.10.15 or newer: older versions read the
 int8 file's embedding table wrongly):
 
-```kotlin
-val options = TextEmbedder.TextEmbedderOptions.builder()
-    .setBaseOptions(BaseOptions.builder().setModelAssetPath("{name}.tflite").build())
-    .build()
-val embedder = TextEmbedder.createFromOptions(context, options)
-val a = embedder.embed("Wo ist der Drucker?").embeddingResult().embeddings()[0]
-val b = embedder.embed("Where is the printer?").embeddingResult().embeddings()[0]
-val similarity = TextEmbedder.cosineSimilarity(a, b)
-```
+{kotlin_snippet(name + ".tflite", "Wo ist der Drucker?", "Where is the printer?")}
 
 The first embedding head (`sentence_embedding`) is the sentence embedding; the second (`token_ids`)
 only serves checks.
@@ -697,7 +691,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
     for fmt in formats:
         enc = tinyglot.load(stage / fmt)
         try:
-            recorded[fmt] = record_embeddings(enc, fmt)
+            recorded[fmt] = record_embeddings(enc)
             say(f"measuring {fmt} on this machine (one thread)")
             speed.append(measure_speed(enc, fmt, speed_sentences, name))
         finally:

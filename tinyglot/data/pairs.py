@@ -16,6 +16,11 @@ def is_permissive(license: str) -> bool:
     return license in PERMISSIVE
 
 
+# The ``src`` prefix of general-domain rows (the pipeline's ``data.general``), which
+# ``train.general_share`` samples apart from the software-localisation rows of the same language.
+GENERAL_SRC_PREFIX = "general:"
+
+
 @dataclass(frozen=True, slots=True)
 class Pair:
     """A translation pair aligned to the pivot language (English).
@@ -24,7 +29,7 @@ class Pair:
     pivot-side sentence.  ``src`` and ``license`` record where the pair came from.
 
     A *monolingual* row has ``en == x``: a sentence with no translation (general-domain text,
-    ``data/build_general.py``).  A multilingual teacher embeds it itself, so it is distilled on
+    ``tinyglot data general``).  A multilingual teacher embeds it itself, so it is distilled on
     like a pair, but it never enters a dev or test set (it would be found trivially).
     """
 
@@ -37,6 +42,11 @@ class Pair:
     @property
     def monolingual(self) -> bool:
         return self.x == self.en
+
+    @property
+    def general(self) -> bool:
+        """A general-domain row (``src`` starts with :data:`GENERAL_SRC_PREFIX`)."""
+        return self.src.startswith(GENERAL_SRC_PREFIX)
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)

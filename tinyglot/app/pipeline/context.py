@@ -135,13 +135,18 @@ def permissive(pairs: list, name: str) -> list:
 
 def general_pairs(path: str, languages: set[str], cap: int, permissive_only: bool = False) -> list:
     """The rows of the general-domain corpus ``path`` in ``languages`` (the corpus selection's), at most
-    ``cap`` per language drawn at random (seeded; 0 = all); only permissive ones with ``permissive_only``."""
+    ``cap`` per language drawn at random (seeded; 0 = all); only permissive ones with ``permissive_only``.
+    Their ``src`` carries :data:`~tinyglot.data.pairs.GENERAL_SRC_PREFIX` (``train.general_share``)."""
+    from dataclasses import replace
+
     from tinyglot.data import select_languages
     from tinyglot.data.embedded import load_pairs
+    from tinyglot.data.pairs import GENERAL_SRC_PREFIX
 
     pairs = load_pairs(path)
-    return select_languages(permissive(pairs, path) if permissive_only else pairs, sorted(languages), 0,
+    kept = select_languages(permissive(pairs, path) if permissive_only else pairs, sorted(languages), 0,
                             cap or None)[0]
+    return [p if p.general else replace(p, src=GENERAL_SRC_PREFIX + p.src) for p in kept]
 
 
 def corpus_path(path: str, test: bool = False) -> Path:

@@ -41,6 +41,13 @@ class Column:
     parity: dict = field(default_factory=dict)  # parity.json of a bundle
     bench: dict | None = None  # the bench row at the reference setting
 
+    @classmethod
+    def from_dict(cls, m: dict) -> Column:
+        """A model of the eval stage's results.json."""
+        from tinyglot.evaluation import BitextResult
+
+        return cls(m["name"], m["kind"], m["path"], BitextResult.from_dict(m["result"]), m.get("cached", False))
+
     @property
     def p1(self) -> float:
         return 100 * self.result.primary_metric
@@ -78,7 +85,6 @@ def _read_json(path: Path) -> dict:
 def collect(ctx: RunContext) -> ReportData:
     from tinyglot.devices.bench import read_measurements
     from tinyglot.devices.report import latest_rows, reference_setting
-    from tinyglot.evaluation import BitextResult
 
     evals = _read_json(ctx.out / "eval" / "results.json")
     rows = latest_rows(read_measurements(ctx.out / "bench" / "results.sqlite"))
@@ -87,7 +93,7 @@ def collect(ctx: RunContext) -> ReportData:
                if reference and (r["threads"], r["batch"], r["seq"]) == reference}
     columns = []
     for m in evals.get("models", []):
-        col = Column(m["name"], m["kind"], m["path"], BitextResult.from_dict(m["result"]), m.get("cached", False))
+        col = Column.from_dict(m)
         if m["kind"] in ("bundle", "teacher-bundle"):
             col.bundle = _read_json(Path(m["path"]) / "config.json")
             col.parity = _read_json(Path(m["path"]) / "parity.json")
@@ -96,8 +102,7 @@ def collect(ctx: RunContext) -> ReportData:
         columns.append(col)
     teacher = {**_read_json(ctx.out / "teacher.json"), "spec": ctx.teacher_spec()}
     extra = [ExtraTest(t["name"], t["testset"],
-                       [Column(m["name"], m["kind"], m["path"], BitextResult.from_dict(m["result"]),
-                               m.get("cached", False)) for m in t["models"]])
+                       [Column.from_dict(m) for m in t["models"]])
              for t in evals.get("extra", [])]
     return ReportData(evals.get("testset", ""), columns, teacher,
                       _read_json(ctx.out / "distill" / "summary.json"), rows, reference,

