@@ -80,7 +80,7 @@ def test_browser_demo_matches_the_python_encoder(student_dir, mediapipe_bundle, 
     done = threading.Event()
     server = _server(bundle / "model.tflite", results, done)
     port = server.server_address[1]
-    query = urllib.parse.urlencode({"sentences": json.dumps(SENTENCES), "report": "/report"})
+    query = urllib.parse.urlencode({"model": "/model.tflite", "sentences": json.dumps(SENTENCES), "report": "/report"})
     url = f"http://127.0.0.1:{port}/index.html?{query}"
     proc = subprocess.Popen([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                              f"--user-data-dir={tmp_path / 'profile'}", url],
@@ -107,3 +107,16 @@ def test_browser_demo_matches_the_python_encoder(student_dir, mediapipe_bundle, 
     matrix = np.asarray(answer["matrix"])
     assert matrix.shape == (6, 6) and np.allclose(np.diag(matrix), 1, atol=1e-5)
     assert np.allclose(matrix, want @ want.T, atol=1e-3)
+
+
+def test_the_demo_opens_a_released_model_by_default():
+    """Without ?model= the page loads the released tinyglot-mini (served from the repository root)."""
+    import re
+
+    from tinyglot.export.bundle import read_bundle
+
+    default = re.search(r'params\.get\("model"\) \|\| "([^"]+)"', (WEB / "app.js").read_text(encoding="utf-8"))
+    assert default is not None, "app.js names no default model"
+    model = (WEB / default.group(1)).resolve()
+    assert model.is_file() and model.parent.parent.parent.name == "released", model
+    assert read_bundle(model.parent, "tflite-mediapipe")["quantization"]["mode"] == "dynamic"

@@ -1,11 +1,12 @@
 // tinyglot web demo: embed sentences with MediaPipe's TextEmbedder and show their cosine similarities.
-//   index.html?model=URL            the .tflite of a tflite-mediapipe bundle (default: model.tflite here)
+//   index.html?model=URL            the .tflite of a tflite-mediapipe bundle (default: the released
+//                                   tinyglot-mini, when the repository root is served)
 //   &sentences=JSON                 sentences to embed at start (default: the text box)
 //   &report=URL                     POST {sentences, embeddings, matrix} (or {error}) there when done
 import { FilesetResolver, TextEmbedder } from "./node_modules/@mediapipe/tasks-text/text_bundle.mjs";
 
 const params = new URLSearchParams(location.search);
-const modelUrl = params.get("model") || "model.tflite";
+const modelUrl = params.get("model") || "../../tinyglot/released/tinyglot-mini/tflite-mediapipe/model.tflite";
 const reportUrl = params.get("report");
 const $ = (id) => document.getElementById(id);
 
