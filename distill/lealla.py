@@ -105,9 +105,10 @@ class LeallaTrainer:
                                                      self.ctx)
         self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed,
                               general_share=tc.general_share)
-        if self.plan.general_fraction() > 0:
-            log.info("general-domain rows: %.1f %% of the draws (train.general_share=%s)",
-                     100 * self.plan.general_fraction(), tc.general_share)
+        general = self.plan.general_fraction()
+        if general > 0:
+            log.info("general-domain rows: %.1f %% of the draws (train.general_share=%s)", 100 * general,
+                     tc.general_share)
         # teacher embeddings of every distinct training sentence (loss.fd_target=english: of every
         # distinct English sentence, the target of both sides), cached on disk
         index: dict[str, int] = {}

@@ -24,6 +24,8 @@ try:
 except ImportError:  # pragma: no cover
     pass
 
+from tinyglot.quiet import VERBOSE_ENV  # noqa: E402  (after the ortx preload above)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 TEST_LANGS = ("de", "fr", "ja", "ru")
@@ -133,7 +135,7 @@ def mediapipe_bundle(mediapipe_export) -> Path:
 # Variables that hide (or show) third-party output: a user has none of them set (tests/test_quiet.py).
 HIDING_ENV = ("USE_TF", "USE_TORCH", "USE_JAX", "USE_FLAX", "TRANSFORMERS_NO_TF", "TRANSFORMERS_NO_ADVISORY_WARNINGS",
               "TRANSFORMERS_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "GLOG_minloglevel",
-              "ABSL_MIN_LOG_LEVEL", "PYTHONWARNINGS", "TINYGLOT_VERBOSE")
+              "ABSL_MIN_LOG_LEVEL", "PYTHONWARNINGS", VERBOSE_ENV)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -196,17 +196,20 @@ class BatchPlan:
         self.general_share = general_share
         # per language: (indices of its general rows, of its other rows) where it has both
         self._domains: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._general = [np.fromiter((p.general for p in ps), dtype=bool, count=len(ps)) for ps in data.pairs]
         if general_share > 0:
-            for li, general in enumerate(self._general):
+            for li, general in enumerate(self._general_masks()):
                 if general.any() and not general.all():
                     self._domains[li] = (np.flatnonzero(general), np.flatnonzero(~general))
         self._cache: tuple[int, list[np.ndarray]] | None = None
 
+    def _general_masks(self) -> list[np.ndarray]:
+        """Per language, which of its rows are general-domain (:attr:`Pair.general`)."""
+        return [np.fromiter((p.general for p in ps), dtype=bool, count=len(ps)) for ps in self.data.pairs]
+
     def general_fraction(self) -> float:
         """The expected share of general-domain rows among the draws (language probabilities included)."""
         return float(sum(self.probs[li] * (self.general_share if li in self._domains else general.mean())
-                         for li, general in enumerate(self._general) if len(general)))
+                         for li, general in enumerate(self._general_masks()) if len(general)))
 
     def _chunk(self, c: int) -> list[np.ndarray]:
         if self._cache is not None and self._cache[0] == c:
