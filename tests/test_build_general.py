@@ -400,6 +400,16 @@ def test_unknown_skip_is_an_error_and_the_command_reports_it(tmp_path, cache, ca
     assert "--skip names no source: nope" in capsys.readouterr().err
 
 
+def test_a_missing_or_empty_holdout_is_an_error_before_any_download(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    (tmp_path / "empty").mkdir()
+    for holdout, problem in ((tmp_path / "nope", "not found"), (tmp_path / "empty", "holds no .tsv file")):
+        assert main(["data", "general", "--out", str(tmp_path / "o"), "--holdout", str(holdout)]) == 2
+        printed = " ".join(capsys.readouterr().err.split())
+        assert f"--holdout {holdout} {problem}" in printed and "fix:" in printed and "Traceback" not in printed
+    assert not (tmp_path / "o").exists() and not (tmp_path / "home").exists()  # nothing fetched or written
+
+
 # ------------------------------------------------------------------------------------ the command
 
 

@@ -842,6 +842,12 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
     if unknown:
         raise TinyglotError(f"--skip names no source: {', '.join(unknown)}",
                             f"pick from {', '.join(s.name for s in sources)}")
+    for path in holdout:  # checked before minutes of downloads and extraction
+        if not path.exists():
+            raise TinyglotError(f"--holdout {path} not found", "pass the test folder or TSV file whose sentences "
+                                "training must not contain (for example ../shared/data/test)")
+        if path.is_dir() and not any(path.rglob("*.tsv")):
+            raise TinyglotError(f"--holdout {path} holds no .tsv file", "pass a folder of LANG.tsv test files")
     chosen = [s for s in sources if s.name not in skip
               and (s.role == "test" or s.permissive or not permissive_only)]
     if not any(s.role == "test" for s in chosen):
