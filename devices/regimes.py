@@ -362,6 +362,17 @@ def _set_names(sets: Sequence[SentenceSet | str]) -> list[str]:
     return [s if isinstance(s, str) else s.name for s in sets]
 
 
+def row_label(row: dict, names: dict[str, str] | None = None) -> str:
+    """A model's name in the tables: ``names[spec]``, else the spec when it is a name (a released model, a
+    peer: ``tinyglot-mini?format=tflite-mediapipe``), else the encoder's own name (a folder's bundle kind)."""
+    spec = str(row["spec"])
+    if names and spec in names:
+        return names[spec]
+    if not Path(spec.split("?")[0]).exists():
+        return spec
+    return row.get("name") or spec
+
+
 def regimes_table(rows: Sequence[dict], sets: Sequence[SentenceSet | str], baseline: str = BASELINE,
                   names: dict[str, str] | None = None) -> str:
     """Markdown: one row per model and regime, per set (or set name) its sentences/s and the ratio to
@@ -371,7 +382,7 @@ def regimes_table(rows: Sequence[dict], sets: Sequence[SentenceSet | str], basel
     head = ["model", "regime"] + [x for s in sets for x in (f"{s} sent/s", f"× {baseline}")]
     out = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (2 * len(sets))]
     for r in rows:
-        label = names.get(r["spec"], r.get("name") or r["spec"])
+        label = row_label(r, names)
         if "error" in r:
             out.append(f"| {label} | error: {r['error'][:120]} |" + " |" * (2 * len(sets)))
             continue
@@ -398,7 +409,7 @@ def tokens_table(rows: Sequence[dict], sets: Sequence[SentenceSet | str], names:
         for s in sets:
             tok = r["sets"].get(s, {}).get("tokens") or {}
             cells.append("–" if tok.get("mean") is None else f"{tok['mean']:.1f} / {tok['p90']:.0f}")
-        out.append(f"| {names.get(r['spec'], r.get('name') or r['spec'])} | " + " | ".join(cells) + " |")
+        out.append(f"| {row_label(r, names)} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.onnx_graph import inference_session
 
 from .bundle import TOKENIZER, Converter, ExportResult, Source, eager_attention, embedding_module_class, \
     encode_token_batches, export_bundle, find_transformer, read_bundle
@@ -120,7 +121,7 @@ class OnnxEncoder:
             raise TinyglotError("device cuda asked for, but this onnxruntime has no CUDA provider",
                                 "install onnxruntime-gpu, or use --device cpu")
         try:
-            self.session = ort.InferenceSession(str(self.model_path), so, providers=providers)
+            self.session = inference_session(self.model_path, so, providers)
         except Exception as exc:
             raise TinyglotError(f"onnxruntime cannot open {self.model_path} ({type(exc).__name__}: {exc})",
                                 "re-export the bundle with `tinyglot export`") from None

@@ -44,6 +44,7 @@ import numpy as np
 
 from tinyglot.encoder import check_sentences, text_lengths
 from tinyglot.errors import TinyglotError
+from tinyglot.onnx_graph import inference_session
 from tinyglot.ortx import ortx_library_path, preload_ortx
 
 from .bundle import (ExportResult, Source, StringBundleConverter, bundle_tokenizer, embedding_module_class,
@@ -206,14 +207,12 @@ class OnnxTextEncoder:
     def __init__(self, model_path: str | Path, max_len: int, threads: int = 1, name: str = "",
                  tokenizer: Any = None) -> None:
         so = session_options(threads)
-        import onnxruntime as ort
-
         self.model_path = Path(model_path)
         self.max_len = int(max_len)
         self.tokenizer = tokenizer
         self.name = name or f"onnx-text ({self.model_path.parent.name})"
         try:
-            self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
+            self.session = inference_session(self.model_path, so)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
             raise TinyglotError(f"onnxruntime cannot open {self.model_path} ({type(exc).__name__}: {exc})",
                                 "re-export the bundle with `tinyglot export --format onnx-text`") from None

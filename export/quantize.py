@@ -2,8 +2,10 @@
 
 Optimisation runs optimum's :class:`~optimum.onnxruntime.ORTOptimizer` with an
 :class:`~optimum.onnxruntime.OptimizationConfig`: onnxruntime's transformer fusions (Attention,
-SkipLayerNormalization, EmbedLayerNormalization, BiasGelu; contrib ops, so the file then runs on
-onnxruntime only), or only onnxruntime's extended graph optimisations.
+EmbedLayerNormalization, BiasGelu; contrib ops, so the file then runs on onnxruntime only), or only
+onnxruntime's extended graph optimisations.  SkipLayerNormalization, which both fuse, is split back
+into ``Add``/``Sum`` + ``LayerNormalization`` after quantization (:mod:`tinyglot.onnx_graph`: faster
+on the CPU).
 
 Quantization presets are optimum's :class:`~optimum.onnxruntime.AutoQuantizationConfig` targets:
 
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinyglot.errors import TinyglotError
+from tinyglot.onnx_graph import unfuse_file
 from tinyglot.quiet import third_party_output
 
 if TYPE_CHECKING:
@@ -110,7 +113,8 @@ def optimize_graph(src: str | Path, dst: str | Path, method: str = "transformers
 
     ``transformers``: onnxruntime's transformer fusions through optimum's ORTOptimizer; falls back
     to ``ort`` if the fusion fails.  ``ort``: onnxruntime's extended graph optimisations.
-    ``none``: a copy.
+    ``none``: a copy.  :func:`quantize_graph` later splits the fused ``SkipLayerNormalization`` nodes
+    of both back into standard ops.
     """
     src, dst = Path(src).resolve(), Path(dst).resolve()
     if method not in OPTIMIZATIONS:
@@ -319,7 +323,11 @@ def _quantizer_options(config: OptimumQuantizationConfig, operators: Sequence[st
 
 def quantize_graph(src: str | Path, dst: str | Path, qcfg: QuantizationConfig, *, tokenizer: Any = None,
                    max_len: int = 128, workdir: str | Path | None = None) -> Path:
-    """Quantize ``src`` into ``dst`` as ``qcfg`` says (``mode`` none copies)."""
+    """Quantize ``src`` into ``dst`` as ``qcfg`` says (``mode`` none copies), then split each fused
+    ``SkipLayerNormalization`` of ``dst`` into standard ops (:func:`tinyglot.onnx_graph.unfuse_file`:
+    onnxruntime's CPU kernel of it is the slower form).  This comes after quantization: onnxruntime's static
+    quantizer leaves the fused op in float but tries to quantize a standard LayerNormalization, and fails
+    on its bias."""
     import onnx
 
     qcfg.validate()
@@ -354,6 +362,7 @@ def quantize_graph(src: str | Path, dst: str | Path, qcfg: QuantizationConfig, *
 
         model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
         onnx.save(model, str(dst))
+    unfuse_file(dst)
     return dst
 
 

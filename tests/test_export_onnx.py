@@ -91,6 +91,9 @@ def test_dynamic_int8_is_smaller_quantized_and_passes_parity(int8_bundle, fp32_b
     stats = graph_stats(int8_bundle.out / "model.onnx")
     assert stats["ops"].get("MatMulInteger", 0) + stats["ops"].get("QAttention", 0) > 0
     assert graph_stats(fp32_bundle.out / "model.onnx")["int8_ops"] == 0
+    for bundle in (int8_bundle, fp32_bundle):  # fused for attention, but not the slower SkipLayerNormalization
+        ops = graph_stats(bundle.out / "model.onnx")["ops"]
+        assert "SkipLayerNormalization" not in ops and ops["LayerNormalization"] >= 2 and ops["Sum"] >= 2, ops
     enc = tinyglot.load(int8_bundle.out)
     emb = enc.encode(SENTENCES)
     assert np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-3)

@@ -116,3 +116,13 @@ def test_run_regimes_measures_each_model_in_its_own_process(onnx_bundle, small_p
     single = ok["sets"]["a"]["sentences_per_s"]["single"]
     assert f"{single / 10:.2f}×" in table
     assert regimes.tokens_table([base], sets).splitlines()[-1] == "| peer:use-m | – | – |"  # no tokenizer
+
+
+def test_rows_are_labelled_by_the_name_the_caller_gave(tmp_path):
+    """Two released students open as bundles of the same kind: the table names them by their spec."""
+    bundle_name = "onnx-text-dynamic (onnx-text)"
+    assert regimes.row_label({"spec": "tinyglot-mini", "name": bundle_name}) == "tinyglot-mini"
+    assert regimes.row_label({"spec": "tinyglot-mini?format=tflite-mediapipe", "name": "x"}) == \
+        "tinyglot-mini?format=tflite-mediapipe"
+    assert regimes.row_label({"spec": str(tmp_path), "name": bundle_name}) == bundle_name  # a folder: its kind
+    assert regimes.row_label({"spec": str(tmp_path), "name": bundle_name}, {str(tmp_path): "mine"}) == "mine"

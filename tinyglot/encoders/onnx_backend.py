@@ -20,6 +20,7 @@ import numpy as np
 
 from tinyglot.config import tinyglot_home
 from tinyglot.errors import TinyglotError
+from tinyglot.onnx_graph import inference_session
 
 BACKENDS = ("torch", "onnx")
 MODEL_FILE = "model.onnx"
@@ -86,7 +87,7 @@ class OnnxTransformer:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = max(1, threads)
         opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
+        self.session = inference_session(model_file, opts)
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.output = "last_hidden_state" if "last_hidden_state" in {o.name for o in self.session.get_outputs()} \
             else self.session.get_outputs()[0].name
