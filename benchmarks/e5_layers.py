@@ -43,7 +43,8 @@ def truncated_encoder(layers: int, threads: int = 1) -> e5_onnx.E5OnnxEncoder:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", default="2,3,4,6,12", help="layer counts to try, comma-separated")
-    p.add_argument("--test", action="append", required=True, metavar="NAME=PATH", help="a test set (repeatable): a folder of <lang>.tsv, a corpus, or embedded")
+    p.add_argument("--test", action="append", required=True, metavar="NAME=PATH",
+                   help="a test set (repeatable): a folder of <lang>.tsv, a corpus, or embedded")
     p.add_argument("--pairs", type=int, default=200, help="first pairs per language")
     p.add_argument("--min-pairs", type=int, default=50, help="skip languages with fewer pairs")
     p.add_argument("--json", default=None, help="also write the figures here")
