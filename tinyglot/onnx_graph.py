@@ -89,13 +89,15 @@ def unfuse_file(path: str | os.PathLike[str]) -> int:
 
 
 def inference_session(path: str | os.PathLike[str], options: Any, providers: list[str] | None = None) -> Any:
-    """``onnxruntime.InferenceSession`` over the file at ``path`` in the fast form: its fused
+    """``onnxruntime.InferenceSession`` over the file at ``path`` in the fast form on the CPU: its fused
     ``SkipLayerNormalization`` nodes rewritten in memory (the file is not touched) and onnxruntime's
-    :data:`SLOW_FUSIONS` off."""
+    :data:`SLOW_FUSIONS` off.  With a GPU provider in ``providers`` (CUDA), the file as it is."""
     import onnx
     import onnxruntime as ort
 
     providers = providers or ["CPUExecutionProvider"]
+    if any(p != "CPUExecutionProvider" for p in providers):  # a GPU's fused kernel is the fast one
+        return ort.InferenceSession(str(path), options, providers=providers)
     source: Any = str(path)
     model = onnx.load(str(path), load_external_data=False)
     fused = any(n.op_type == SKIP_LAYER_NORM for n in model.graph.node)
