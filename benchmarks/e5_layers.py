@@ -23,20 +23,16 @@ from tinyglot.evaluation.metrics import bitext_p_at_1
 from tinyglot.onnx_graph import SLOW_FUSIONS
 
 
-def truncated_encoder(layers: int, threads: int = 1) -> e5_onnx.E5OnnxEncoder:
-    """``e5-small-onnx`` whose session runs only the first ``layers`` layers of the model."""
+def truncate(encoder: e5_onnx.E5OnnxEncoder, e5: e5_onnx.E5File, layers: int) -> e5_onnx.E5OnnxEncoder:
+    """``encoder`` (``e5-small-onnx``, read from ``e5``) with a session that runs only the first ``layers``
+    layers of the model, on the encoder's own session options."""
     import onnxruntime as ort
 
-    encoder = e5_onnx.load_e5_onnx(threads=threads)
-    e5 = e5_onnx.read_e5_file(e5_onnx.wheel_model_file())
     if not 1 <= layers <= e5.layers:
         raise SystemExit(f"--layers: e5-small has 1 to {e5.layers} layers, not {layers}")
     model = e5_onnx.onnx_model(dataclasses.replace(e5, layers=layers))  # built with standard LayerNorm ops
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    encoder.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
-                                           disabled_optimizers=list(SLOW_FUSIONS))
+    encoder.session = ort.InferenceSession(model.SerializeToString(), encoder.session.get_session_options(),
+                                           providers=["CPUExecutionProvider"], disabled_optimizers=list(SLOW_FUSIONS))
     return encoder
 
 
@@ -56,8 +52,9 @@ def main(argv=None) -> int:
         sets[name] = {lang: pairs[:args.pairs] for lang, pairs in sorted(grouped.items())
                       if len(pairs) >= args.min_pairs}
     rows = []
+    encoder, e5 = e5_onnx.load_e5_onnx(threads=1), e5_onnx.read_e5_file(e5_onnx.wheel_model_file())
     for layers in (int(x) for x in args.layers.split(",")):
-        encoder, start, row = truncated_encoder(layers), time.perf_counter(), {"layers": layers}
+        encoder, start, row = truncate(encoder, e5, layers), time.perf_counter(), {"layers": layers}
         for name, grouped in sets.items():
             both = np.array([bitext_p_at_1(encoder.encode([q.x for q in pairs]), encoder.encode([q.en for q in pairs]))
                              for pairs in grouped.values()])  # (languages, 2): x -> en, en -> x

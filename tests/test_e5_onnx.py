@@ -162,10 +162,12 @@ def test_layer_probe_benchmark(encoder, capsys):
     spec = importlib.util.spec_from_file_location("e5_layers", path)
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    sentences = sample_sentences(1)[:8]
-    full = probe.truncated_encoder(read_e5_file(wheel_model_file()).layers).encode(sentences)
-    np.testing.assert_allclose(full, encoder.encode(sentences), atol=1e-5)
-    one = probe.truncated_encoder(1).encode(sentences)
+    sentences, e5 = sample_sentences(1)[:8], read_e5_file(wheel_model_file())
+    expected = encoder.encode(sentences)
+    probed = load_peer("e5-small-onnx", threads=1)
+    full = probe.truncate(probed, e5, e5.layers).encode(sentences)
+    np.testing.assert_allclose(full, expected, atol=1e-5)
+    one = probe.truncate(probed, e5, 1).encode(sentences)
     assert one.shape == full.shape and (one * full).sum(axis=1).min() < 0.99
     assert probe.main(["--layers", "1", "--test", "embedded", "--pairs", "12", "--min-pairs", "5"]) == 0
     assert "| 1 | " in capsys.readouterr().out
