@@ -28,7 +28,8 @@ class EMSModel(nn.Module):
         cfg.validate()
         self.cfg = cfg
         self.encoder = BertModel(bert_config(cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
-                                             cfg.ffn_size, cfg.max_len, cfg.dropout), add_pooling_layer=False)
+                                             cfg.ffn_size, cfg.max_len, cfg.dropout, cfg.attention_dropout),
+                                 add_pooling_layer=False)
         d = cfg.hidden_size
         if cfg.xtr:
             d_in = d + (cfg.d_la if cfg.lang_token else 0)

@@ -160,3 +160,129 @@ def test_padding_to_a_fixed_width_leaves_the_teacher_loss_unchanged(small_pairs,
         assert w1 >= w0
         for key in ("loss", "xtr", "cntrs"):
             torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ mimalloc, the training commands' allocator
+# A training command in a child process whose steps are recorded: (step, resident bytes, minor faults).
+RECORDING_CHILD = r"""
+import json, resource, sys
+from tinyglot import allocator, trainloop, training
+one_step, rows = trainloop.TrainLoop._one_step, []
+def recorded(self, net, micro_loss):
+    out = one_step(self, net, micro_loss)
+    rows.append((self.step + 1, training.resident_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt))
+    return out
+trainloop.TrainLoop._one_step = recorded
+from tinyglot.app.cli import main
+code = main(sys.argv[2:])
+json.dump({"allocator": allocator.active(), "rows": rows, "code": code}, open(sys.argv[1], "w"))
+"""
+
+
+def _train_recorded(tmp_path, corpus, env, steps: int = 60) -> dict:
+    import json
+    import subprocess
+
+    trace = tmp_path / "trace.json"
+    args = ["teacher", "train", "--preset", "ems-tiny", "--data", str(corpus), "--out", str(tmp_path / "run"),
+            "--no-progress", "--set", f"train.max_steps={steps}", "--set", "train.eval_every=1000000",
+            "--set", "train.save_every=1000000", "--set", "train.batch_size=64", "--set", "train.threads=1"]
+    proc = subprocess.run([sys.executable, "-c", RECORDING_CHILD, str(trace), *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(trace.read_text())
+
+
+def _child_env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "TINYGLOT_ALLOCATOR")}
+    return {**env, "TINYGLOT_HOME": str(tmp_path / "home"), "TINYGLOT_NO_PROGRESS": "1", "USE_TF": "0"}
+
+
+def test_mimalloc_keeps_training_steps_flat_and_reuses_their_memory(small_corpus, tmp_path):
+    """Under mimalloc, as the training commands run: the resident size of the second half of the steps is
+    that of the first, and a step no longer faults its tensors' pages in afresh (under the glibc setting
+    every tensor above 128 KiB is mapped, touched and unmapped at each step)."""
+    from tinyglot import allocator
+
+    library = allocator.mimalloc_library()
+    assert library is not None, "cmeel-mimalloc is a dependency on Linux: pip install -e ."
+    steps = 60
+    runs = {}
+    for name in ("mimalloc", "system"):
+        env = _child_env(tmp_path / name)
+        if name == "mimalloc":
+            env = allocator.preload_environment(env, library)
+        else:
+            env["TINYGLOT_ALLOCATOR"] = "system"
+        runs[name] = _train_recorded(tmp_path / name, small_corpus, env, steps)
+    assert runs["mimalloc"]["allocator"] == "mimalloc" and runs["system"]["allocator"] == "glibc"
+
+    def faults_per_step(rows):  # the second half: shapes seen before, memory there to reuse
+        half = rows[steps // 2:]
+        return (half[-1][2] - half[0][2]) / (len(half) - 1)
+
+    rows = runs["mimalloc"]["rows"]
+    assert [s for s, _, _ in rows] == list(range(1, steps + 1))
+    rss = [r for _, r, _ in rows]
+    first, second = max(rss[steps // 4: steps // 2]), max(rss[3 * steps // 4:])
+    assert second - first < 32 << 20, [r >> 20 for r in rss]
+    # measured: 2.8 minor faults per step under mimalloc, 7,971 under glibc's 128 KiB threshold
+    assert faults_per_step(rows) * 100 < faults_per_step(runs["system"]["rows"]), (
+        faults_per_step(rows), faults_per_step(runs["system"]["rows"]))
+
+
+def test_training_commands_restart_under_mimalloc(small_corpus, tmp_path):
+    """``tinyglot teacher train`` (the process's own command line) replaces itself with the same command
+    under mimalloc; TINYGLOT_ALLOCATOR=system keeps glibc; an unknown allocator is a user error."""
+    import subprocess
+
+    args = ["-v", "teacher", "train", "--preset", "ems-tiny", "--data", str(small_corpus), "--no-progress",
+            "--set", "train.max_steps=2", "--set", "train.eval_every=1000000"]
+    for setting, expected in (("", "mimalloc"), ("system", "glibc")):
+        env = {**_child_env(tmp_path), "TINYGLOT_ALLOCATOR": setting}
+        proc = subprocess.run([sys.executable, "-m", "tinyglot", *args, "--out", str(tmp_path / (setting or "mi"))],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"memory allocator: {expected}" in proc.stderr, proc.stderr[-3000:]
+
+    bad = subprocess.run([sys.executable, "-m", "tinyglot", *args, "--out", str(tmp_path / "bad")],
+                         env={**_child_env(tmp_path), "TINYGLOT_ALLOCATOR": "jemalloc"},
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "TINYGLOT_ALLOCATOR='jemalloc'" in bad.stderr and "fix:" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_preload_environment_round_trip(monkeypatch, tmp_path):
+    from tinyglot import allocator
+
+    library = tmp_path / "libmimalloc.so"
+    for before in (None, "", "/opt/libfoo.so"):
+        environ = {"PATH": "/usr/bin"} if before is None else {"PATH": "/usr/bin", "LD_PRELOAD": before}
+        env = allocator.preload_environment(environ, library)
+        assert env["LD_PRELOAD"].split(":")[0] == str(library)
+        assert env["MIMALLOC_PURGE_DELAY"] == str(allocator.PURGE_DELAY_MS)
+        assert environ.get("LD_PRELOAD") == before  # the caller's dict is not changed
+        for key in ("LD_PRELOAD", "MIMALLOC_PURGE_DELAY", "TINYGLOT_SAVED_LD_PRELOAD"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        allocator.restore_environment()
+        assert os.environ.get("LD_PRELOAD") == (before or None)
+        assert "MIMALLOC_PURGE_DELAY" not in os.environ and "TINYGLOT_SAVED_LD_PRELOAD" not in os.environ
+    allocator.restore_environment()  # not started by tinyglot: nothing to restore
+    assert os.environ.get("LD_PRELOAD") == "/opt/libfoo.so"
+
+
+def test_an_in_process_caller_is_never_replaced(small_corpus, tmp_path, monkeypatch):
+    """main(argv) from Python (a test, a notebook) trains in this process, whatever the allocator."""
+    from tinyglot import allocator
+    from tinyglot.app.cli import main
+
+    def refuse(*_):
+        raise AssertionError("os.execve called")
+
+    monkeypatch.setattr(os, "execve", refuse)
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    assert main(["teacher", "train", "--preset", "ems-tiny", "--data", str(small_corpus), "--no-progress",
+                 "--out", str(tmp_path / "run"), "--set", "train.max_steps=2"]) == 0
+    assert allocator.active() in ("glibc", "system")

@@ -27,13 +27,18 @@ from tinyglot.io import check_file_size
 
 
 def bert_config(vocab_size: int, hidden: int, layers: int, heads: int, ffn: int, max_len: int,
-                dropout: float):
-    """A ``transformers`` BertConfig for tinyglot's encoders (no token types, pad id 0)."""
+                dropout: float, attention_dropout: float | None = None):
+    """A ``transformers`` BertConfig for tinyglot's encoders (no token types, pad id 0).
+
+    ``attention_dropout`` (default: ``dropout``) applies to the attention probabilities.  At 0, torch's
+    scaled-dot-product attention runs its fused CPU kernel in training, which keeps no (heads x length x
+    length) probabilities for the backward pass; with dropout it falls back to the unfused one."""
     from transformers import BertConfig
 
     return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                       num_attention_heads=heads, intermediate_size=ffn, hidden_dropout_prob=dropout,
-                      attention_probs_dropout_prob=dropout, max_position_embeddings=max_len,
+                      attention_probs_dropout_prob=dropout if attention_dropout is None else attention_dropout,
+                      max_position_embeddings=max_len,
                       type_vocab_size=1, pad_token_id=0)
 
 

@@ -182,18 +182,26 @@ def _glibc() -> Any:
 
 
 def limit_allocator_growth() -> bool:
-    """Keep the training process's memory flat (Linux, glibc).
+    """Keep the training process's memory flat; returns True if a setting applied.
 
-    Length-bucketed batches allocate tensors of ever-changing sizes.  glibc's default, adaptive mmap
-    threshold keeps freed blocks in the heap, and a long run grows (an ems-small run passed 4.7 GB
-    after 700 steps).  A ``MMAP_THRESHOLD`` of 128 KiB maps every larger tensor and unmaps it when it
-    is freed, so the resident size stays flat (2.3 GB over 400 ems-small steps), at the price of page
-    faults: about a third of the run's time goes to the kernel.  Larger thresholds trade memory for
-    that time (8 MiB: system time 8 % of user time, but a peak of 4.0 GB after 400 steps; the
-    measurements are in docs/results.md, "Training memory on the CPU"); none measured so far keeps
-    both low, so memory wins.  The heap's free pages also go back to the OS when training starts and
-    every ``TRIM_EVERY`` steps (:func:`release_free_memory`).  Returns True if applied.
+    Under mimalloc (:mod:`tinyglot.allocator`, preloaded by the commands that train) nothing is to be set:
+    it reuses the blocks a step frees in the next steps, and this hands the pages freed before training
+    (data preparation) back to the OS.
+
+    Under glibc (Linux; ``TINYGLOT_ALLOCATOR=system``, or the mimalloc wheel missing): length-bucketed
+    batches allocate tensors of ever-changing sizes.  glibc's default, adaptive mmap threshold keeps freed
+    blocks in the heap, and a long run grows (an ems-small run passed 4.7 GB after 700 steps).  A
+    ``MMAP_THRESHOLD`` of 128 KiB maps every larger tensor and unmaps it when it is freed, so the resident
+    size stays flat (2.3 GB over 400 ems-small steps), at the price of page faults: about a third of the
+    run's time goes to the kernel.  Larger thresholds trade memory for that time (8 MiB: system time 8 %
+    of user time, but a peak of 4.0 GB after 400 steps; the measurements are in docs/results.md,
+    "Training memory on the CPU").  The heap's free pages also go back to the OS when training starts and
+    every ``TRIM_EVERY`` steps (:func:`release_free_memory`).
     """
+    from tinyglot import allocator
+
+    if allocator.collect():
+        return True
     libc = _glibc()
     if libc is None:
         return False
@@ -214,7 +222,8 @@ def resident_bytes() -> int | None:
 
 class HeapTrimmer:
     """Calls :func:`release_free_memory` after a training step when the resident size has grown by
-    ``TRIM_GROWTH`` bytes since the last call, and every ``TRIM_EVERY`` steps in any case.
+    ``TRIM_GROWTH`` bytes since the last call, and under glibc every ``TRIM_EVERY`` steps in any case
+    (mimalloc reuses what a step frees, and a periodic trim would only make the next step fault it in).
 
     With a high mmap threshold the blocks a step frees stay in the heap for the next steps; the ones no
     later tensor fits in (batch shapes vary) would pile up.  Trimming them when they add up to
@@ -222,7 +231,10 @@ class HeapTrimmer:
     every large tensor at every step."""
 
     def __init__(self) -> None:
-        self.applies = _glibc() is not None
+        from tinyglot import allocator
+
+        self.mimalloc = allocator.active() == "mimalloc"  # it reuses freed blocks: no periodic trim
+        self.applies = self.mimalloc or _glibc() is not None
         self.base: int | None = None  # the resident size after the first step since the last trim
         self.trims = 0
 
@@ -234,7 +246,7 @@ class HeapTrimmer:
         if self.base is None:  # this step's working set is back in memory: measure growth from here
             self.base = rss
         grown = rss is not None and self.base is not None and rss - self.base > TRIM_GROWTH
-        if not grown and step % TRIM_EVERY:
+        if not grown and (self.mimalloc or step % TRIM_EVERY):
             return False
         return self.trim()
 
@@ -248,10 +260,14 @@ class HeapTrimmer:
 
 
 def release_free_memory() -> bool:
-    """Return the free pages of every malloc arena to the OS (glibc's ``malloc_trim(0)``).
+    """Return the allocator's free pages to the OS (mimalloc's ``mi_collect``, glibc's ``malloc_trim(0)``).
 
     Costs one page fault per page the next step touches again, so it is called every
-    ``TRIM_EVERY`` steps, not at each.  Returns True if called (glibc on Linux)."""
+    ``TRIM_EVERY`` steps under glibc, not at each.  Returns True if called (mimalloc, or glibc on Linux)."""
+    from tinyglot import allocator
+
+    if allocator.collect():
+        return True
     libc = _glibc()
     if libc is None:
         return False

@@ -22,6 +22,7 @@ import torch
 from tinyglot.config import MAX_BATCH, MAX_THREADS, validate_at_most, validate_positive
 from tinyglot.distributed import DistContext
 from tinyglot.errors import TinyglotError
+from tinyglot import allocator
 from tinyglot.training import (HeapTrimmer, MetricsLog, Progress, amp_dtype, autocast, limit_allocator_growth,
                                load_checkpoint, rng_state, save_checkpoint, set_rng_state, warmup_linear_decay)
 
@@ -128,6 +129,7 @@ class TrainLoop:
         self.step, self.best = 0, None
         limit_allocator_growth()
         self.trimmer = HeapTrimmer()
+        log.info("memory allocator: %s", allocator.active())
 
     # ---------------------------------------------------------------- state
     def resume(self) -> None:

@@ -113,9 +113,23 @@ def quiet_third_party_import_noise(verbose: bool = False) -> None:
     configure(True if verbose else None)
 
 
-def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.ArgumentParser]) -> int:
+def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.ArgumentParser],
+        entry: bool = False) -> int:
+    """Parse ``argv`` (None: ``sys.argv``) and run its command.  ``entry``: this call is the process's own
+    command line (the console scripts, ``python -m tinyglot``), so a command that trains may restart
+    the process under its memory allocator (:func:`tinyglot.allocator.reexec_with_mimalloc`); an
+    in-process caller (a test, a notebook) is never replaced."""
+    from tinyglot import allocator
+
+    allocator.restore_environment()
     parser = parser_factory()
     args = parser.parse_args(argv)
+    if entry and getattr(args, "trains", False):
+        try:
+            allocator.reexec_with_mimalloc(list(sys.argv[1:] if argv is None else argv))
+        except TinyglotError as exc:
+            make_console(stderr=True).print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            return EXIT_USER_ERROR
     verbose = bool(getattr(args, "verbose", False))
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -146,13 +160,14 @@ def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.Argume
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(argv, build_parser)
+    """``tinyglot ARGV``; with no ``argv``, the process's command line (see :func:`run`'s ``entry``)."""
+    return run(argv, build_parser, entry=argv is None)
 
 
 def distill_main(argv: Sequence[str] | None = None) -> int:
     """The bare ``distill`` command: ``distill --student lealla-small`` == ``tinyglot distill ...``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return main(["distill", *args])
+    return run(["distill", *args], build_parser, entry=argv is None)
 
 
 if __name__ == "__main__":  # pragma: no cover

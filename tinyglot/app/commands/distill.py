@@ -137,7 +137,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="size of a new SentencePiece vocabulary when the teacher brings none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to metrics.jsonl)")
     add_config_options(p)
-    p.set_defaults(func=cmd_distill)
+    p.set_defaults(func=cmd_distill, trains=True)
 
 
 def register(sub) -> None:

@@ -72,4 +72,4 @@ def register(sub) -> None:
                         "--set distill.overrides.train.lr=1e-3")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="run folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (also TINYGLOT_NO_PROGRESS=1)")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, trains=True)

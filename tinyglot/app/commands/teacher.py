@@ -80,7 +80,7 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to metrics.jsonl)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config first")
     add_config_options(p)
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=cmd_train, trains=True)
     p = tsub.add_parser("eval", help="P@1 per language of a trained teacher next to the TF-IDF baseline")
     p.add_argument("--model", type=Path, default=Path("runs/teacher"), help="teacher run folder")
     p.add_argument("--data", type=Path, default=None, help="test set (default: embedded test set)")
