@@ -88,6 +88,17 @@ def unfuse_file(path: str | os.PathLike[str]) -> int:
     return count
 
 
+def skip_layer_norm_count(path: str | os.PathLike[str]) -> int:
+    """How many fused ``SkipLayerNormalization`` nodes the ONNX file at ``path`` holds (0 without parsing it
+    when its bytes do not name the op)."""
+    import onnx
+
+    if not _mentions(path, SKIP_LAYER_NORM):
+        return 0
+    model = onnx.load(str(path), load_external_data=False)
+    return sum(node.op_type == SKIP_LAYER_NORM for node in model.graph.node)
+
+
 def inference_session(path: str | os.PathLike[str], options: Any, providers: list[str] | None = None) -> Any:
     """``onnxruntime.InferenceSession`` over the file at ``path`` in the fast form on the CPU: its fused
     ``SkipLayerNormalization`` nodes rewritten in memory (the file is not touched) and onnxruntime's

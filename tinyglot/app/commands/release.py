@@ -1,6 +1,7 @@
 """``tinyglot release``: a trained student becomes a released model (``tinyglot/released/NAME/``).
 
     tinyglot release --model runs/e5/distill/student --name NAME --card-data card.json
+    tinyglot release --refresh NAME      # its ONNX graphs in today's export form, no student needed
 """
 
 from __future__ import annotations
@@ -40,6 +41,23 @@ def cmd_release(args: argparse.Namespace) -> int:
     from tinyglot.app.release import release_student
     from tinyglot.errors import TinyglotError
 
+    console = make_console()
+
+    def say(message: str) -> None:
+        console.print(escape(message), soft_wrap=True)
+
+    if args.refresh is not None:
+        if args.model is not None or args.name is not None:
+            raise TinyglotError("--refresh rewrites a released model in place: it takes no --model or --name",
+                                f"run `tinyglot release --refresh {args.refresh}` alone")
+        from tinyglot.app.release import refresh_release
+
+        refresh_release(args.refresh, root=args.root, say=say)
+        return 0
+    if args.model is None or args.name is None:
+        raise TinyglotError("tinyglot release needs --model and --name (or --refresh NAME)",
+                            "pass the student folder and the released name, e.g. "
+                            "--model runs/e5/distill/student --name my-student")
     if args.max_sentences < 1:
         raise TinyglotError(f"--max-sentences must be >= 1, got {args.max_sentences}")
     try:
@@ -48,11 +66,10 @@ def cmd_release(args: argparse.Namespace) -> int:
         torch.set_num_threads(1)
     except ImportError:  # pragma: no cover
         pass
-    console = make_console()
     manifest = release_student(args.model, args.name, args.card_data, root=args.root, corpus=args.corpus,
                                formats=[f.strip() for f in args.formats.split(",") if f.strip()],
                                allowed_licences=args.allow_licence, max_sentences=args.max_sentences,
-                               command=_command(args), say=lambda m: console.print(escape(m), soft_wrap=True))
+                               command=_command(args), say=say)
     from tinyglot.released import CARD, released_root
 
     console.print(escape(f"load it with tinyglot.load({manifest['name']!r}); its card: "
@@ -70,8 +87,8 @@ def register(sub) -> None:
                     "speed on this machine, write MODEL_CARD.md, LICENSES.md and release.json (sha256 of every "
                     "file) and put the folder in place in one atomic swap. Refused when the model takes more "
                     f"than {MAX_RELEASE_BYTES / 1e6:.0f} MB or was trained on data that is not permissively licensed.")
-    p.add_argument("--model", required=True, type=Path, help="the student folder (tinyglot distill / tinyglot run)")
-    p.add_argument("--name", required=True,
+    p.add_argument("--model", type=Path, default=None, help="the student folder (tinyglot distill / tinyglot run)")
+    p.add_argument("--name", default=None,
                    help="the released name, e.g. fast-small: lower-case words joined by '-', not a peer's name")
     p.add_argument("--card-data", type=Path, default=None,
                    help="JSON object for the model card: description, teacher, training {command, steps, data, "
@@ -88,4 +105,8 @@ def register(sub) -> None:
     p.add_argument("--root", type=Path, default=None,
                    help=f"folder of the released models (default: tinyglot's package folder tinyglot/released, "
                         f"or ${ROOT_ENV})")
+    p.add_argument("--refresh", metavar="NAME", default=None,
+                   help="instead of a new release: rewrite the ONNX graphs of the released model NAME in the form "
+                        "tinyglot exports today (checked against the released rows; hashes, card and manifest "
+                        "follow)")
     p.set_defaults(func=cmd_release)
