@@ -128,7 +128,9 @@ def run(argv: Sequence[str] | None, parser_factory: Callable[[], argparse.Argume
         try:
             allocator.reexec_with_mimalloc(list(sys.argv[1:] if argv is None else argv))
         except TinyglotError as exc:
-            make_console(stderr=True).print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            from rich.markup import escape
+
+            make_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return EXIT_USER_ERROR
     verbose = bool(getattr(args, "verbose", False))
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,

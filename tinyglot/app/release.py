@@ -619,8 +619,6 @@ def release_student(
     """Release the student at ``student`` as ``root/NAME`` (default root: the package's
     ``tinyglot/released``); returns the manifest.  See the module docstring."""
     from tinyglot.export.formats import get_format
-    from tinyglot.locks import LOCK_NAME, run_lock
-    from tinyglot.outputs import RECORD, replace_folder, staging_folder, write_record
 
     name = check_name(name)
     student = Path(student)
@@ -645,12 +643,28 @@ def release_student(
     results, bench_speed = read_results(card, base, name, str(card.get("teacher_spec") or "e5-small"))
     out = released_root(root) / name
     say(f"releasing {student} as {name} into {out}")
-    with run_lock(out, "tinyglot release", RELEASED_KIND, exclusive=True):
+    with _staged(out, "tinyglot release") as stage:
+        manifest = _build(student, name, stage, formats, card, info, teacher, attributions, results, bench_speed,
+                          max_bytes, testset, max_sentences, command or _release_command(student, name, card_data, []),
+                          say, get_format)
+    from tinyglot.released import verify
+
+    verify(out)
+    say(f"released {name}: {_mb(manifest['bytes'])}, {', '.join(manifest['formats'])} ({out})")
+    return manifest
+
+
+@contextlib.contextmanager
+def _staged(out: Path, what: str) -> Iterator[Path]:
+    """A staging folder beside the released model's folder ``out``, under its run lock: when the block ends
+    without an error it replaces ``out`` in one atomic swap, else it is removed and ``out`` is untouched."""
+    from tinyglot.locks import LOCK_NAME, run_lock
+    from tinyglot.outputs import RECORD, replace_folder, staging_folder, write_record
+
+    with run_lock(out, what, RELEASED_KIND, exclusive=True):
         stage = staging_folder(out)
         try:
-            manifest = _build(student, name, stage, formats, card, info, teacher, attributions, results, bench_speed,
-                              max_bytes, testset, max_sentences, command or _release_command(student, name, card_data,
-                                                                                            []), say, get_format)
+            yield stage
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise
@@ -658,11 +672,6 @@ def release_student(
         # the record as git keeps it: without the pid and host of the swap (the swap is over)
         write_record(out, RELEASED_KIND, [n for n in os.listdir(out) if n not in (RECORD, LOCK_NAME)],
                      exclusive=True)
-    from tinyglot.released import verify
-
-    verify(out)
-    say(f"released {name}: {_mb(manifest['bytes'])}, {', '.join(manifest['formats'])} ({out})")
-    return manifest
 
 
 @contextlib.contextmanager
@@ -777,9 +786,9 @@ def refresh_release(name: str, *, root: str | os.PathLike[str] | None = None,
     graph already.  Returns the new manifest; a model with nothing to rewrite is left as it is."""
     import tinyglot
     from tinyglot.export.bundle import config_digest, file_digests, verified_files, write_bundle_config
-    from tinyglot.locks import LOCK_NAME, run_lock
+    from tinyglot.locks import LOCK_NAME
     from tinyglot.onnx_graph import skip_layer_norm_count, unfuse_file
-    from tinyglot.outputs import RECORD, replace_folder, staging_folder, write_record
+    from tinyglot.outputs import RECORD
     from tinyglot.released import released_folder, verify
 
     out = released_folder(check_name(name), root)
@@ -789,38 +798,30 @@ def refresh_release(name: str, *, root: str | os.PathLike[str] | None = None,
     if not stale:
         say(f"{name}: no graph to rewrite")
         return manifest
-    with run_lock(out, "tinyglot release --refresh", RELEASED_KIND, exclusive=True):
-        stage = staging_folder(out)
-        try:
-            shutil.copytree(out, stage, dirs_exist_ok=True, ignore=shutil.ignore_patterns(RECORD, LOCK_NAME))
-            rewrites = []
-            for fmt in stale:
-                folder, model_file = stage / fmt, stage / manifest["formats"][fmt]["model_file"]
-                count = unfuse_file(model_file)
-                say(f"{fmt}: {count} SkipLayerNormalization nodes rewritten; checking the rows against the "
-                    "released file")
-                _check_rewrite(out / manifest["formats"][fmt]["model_file"], model_file)
-                cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-                cfg["sha256"] = file_digests(folder, verified_files(folder, cfg))
-                cfg["config_sha256"] = config_digest(cfg)
-                write_bundle_config(folder, cfg)
-                with _loaded(folder) as enc:
-                    manifest["recorded"]["formats"][fmt] = record_embeddings(enc)
-                files = [p for p in folder.rglob("*") if p.is_file()]
-                manifest["formats"][fmt].update(bytes=sum(p.stat().st_size for p in files),
-                                                model_file_bytes=model_file.stat().st_size)
-                rewrites.append(f"{fmt}: {count} fused SkipLayerNormalization -> Add + Sum + LayerNormalization")
-            manifest["made"].setdefault("refreshed", []).append({
-                "date": datetime.date.today().isoformat(), "tinyglot": tinyglot.__version__,
-                "command": f"tinyglot release --refresh {name}", "graphs": rewrites,
-                "runtimes": _runtime_versions()})
-            write_card_and_manifest(stage, manifest)
-        except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)
-            raise
-        replace_folder(stage, out, RELEASED_KIND)
-        write_record(out, RELEASED_KIND, [n for n in os.listdir(out) if n not in (RECORD, LOCK_NAME)],
-                     exclusive=True)
+    with _staged(out, "tinyglot release --refresh") as stage:
+        shutil.copytree(out, stage, dirs_exist_ok=True, ignore=shutil.ignore_patterns(RECORD, LOCK_NAME))
+        rewrites = []
+        for fmt in stale:
+            folder, model_file = stage / fmt, stage / manifest["formats"][fmt]["model_file"]
+            count = unfuse_file(model_file)
+            say(f"{fmt}: {count} SkipLayerNormalization nodes rewritten; checking the rows against the "
+                "released file")
+            _check_rewrite(out / manifest["formats"][fmt]["model_file"], model_file)
+            cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+            cfg["sha256"] = file_digests(folder, verified_files(folder, cfg))
+            cfg["config_sha256"] = config_digest(cfg)
+            write_bundle_config(folder, cfg)
+            with _loaded(folder) as enc:
+                manifest["recorded"]["formats"][fmt] = record_embeddings(enc)
+            files = [p for p in folder.rglob("*") if p.is_file()]
+            manifest["formats"][fmt].update(bytes=sum(p.stat().st_size for p in files),
+                                            model_file_bytes=model_file.stat().st_size)
+            rewrites.append(f"{fmt}: {count} fused SkipLayerNormalization -> Add + Sum + LayerNormalization")
+        manifest["made"].setdefault("refreshed", []).append({
+            "date": datetime.date.today().isoformat(), "tinyglot": tinyglot.__version__,
+            "command": f"tinyglot release --refresh {name}", "graphs": rewrites,
+            "runtimes": _runtime_versions()})
+        write_card_and_manifest(stage, manifest)
     verify(out)
     say(f"refreshed {name}: {', '.join(rewrites)}")
     return manifest
