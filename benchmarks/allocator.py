@@ -81,9 +81,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_setting(text: str) -> dict:
-    from tinyglot import batching, training
-
-    from tinyglot import allocator
+    from tinyglot import allocator, batching, training
 
     spec = {"alloc": "mimalloc", "purge": allocator.PURGE_DELAY_MS,
             "mmap": training.MMAP_THRESHOLD, "trim": training.TRIM_THRESHOLD, "every": training.TRIM_EVERY,

@@ -146,6 +146,13 @@ def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool) -> No
     if parity_gate and not report.passed:
         report.raise_if_failed(f"inspect {out / PARITY}; the bundle was not finalised (no config.json). "
                                "Pass --no-parity-gate to keep it anyway")
+    seal_bundle_config(out, cfg)
+
+
+def seal_bundle_config(out: str | Path, cfg: dict) -> None:
+    """Record in ``cfg`` the sha256 of every file the bundle ``out``'s loader reads and of ``cfg`` itself,
+    and write it as the bundle's config.json (also after a file of a finished bundle was rewritten)."""
+    out = Path(out)
     cfg["sha256"] = file_digests(out, verified_files(out, cfg))
     cfg["config_sha256"] = config_digest(cfg)
     write_bundle_config(out, cfg)

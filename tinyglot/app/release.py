@@ -785,7 +785,8 @@ def refresh_release(name: str, *, root: str | os.PathLike[str] | None = None,
     The speed rows are kept: they were measured through ``tinyglot.load``, which ran the rewritten
     graph already.  Returns the new manifest; a model with nothing to rewrite is left as it is."""
     import tinyglot
-    from tinyglot.export.bundle import config_digest, file_digests, verified_files, write_bundle_config
+    from tinyglot.export.bundle import CONFIG, seal_bundle_config
+    from tinyglot.io import read_json_object
     from tinyglot.locks import LOCK_NAME
     from tinyglot.onnx_graph import skip_layer_norm_count, unfuse_file
     from tinyglot.outputs import RECORD
@@ -807,10 +808,7 @@ def refresh_release(name: str, *, root: str | os.PathLike[str] | None = None,
             say(f"{fmt}: {count} SkipLayerNormalization nodes rewritten; checking the rows against the "
                 "released file")
             _check_rewrite(out / manifest["formats"][fmt]["model_file"], model_file)
-            cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-            cfg["sha256"] = file_digests(folder, verified_files(folder, cfg))
-            cfg["config_sha256"] = config_digest(cfg)
-            write_bundle_config(folder, cfg)
+            seal_bundle_config(folder, read_json_object(folder / CONFIG))
             with _loaded(folder) as enc:
                 manifest["recorded"]["formats"][fmt] = record_embeddings(enc)
             files = [p for p in folder.rglob("*") if p.is_file()]
