@@ -786,7 +786,6 @@ def refresh_release(name: str, *, root: str | os.PathLike[str] | None = None,
     graph already.  Returns the new manifest; a model with nothing to rewrite is left as it is."""
     import tinyglot
     from tinyglot.export.bundle import CONFIG, seal_bundle_config
-    from tinyglot.io import read_json_object
     from tinyglot.locks import LOCK_NAME
     from tinyglot.onnx_graph import skip_layer_norm_count, unfuse_file
     from tinyglot.outputs import RECORD
@@ -808,7 +807,8 @@ def refresh_release(name: str, *, root: str | os.PathLike[str] | None = None,
             say(f"{fmt}: {count} SkipLayerNormalization nodes rewritten; checking the rows against the "
                 "released file")
             _check_rewrite(out / manifest["formats"][fmt]["model_file"], model_file)
-            seal_bundle_config(folder, read_json_object(folder / CONFIG))
+            # its hash was checked by verify() above; read as it is (read_bundle would refuse the new graph)
+            seal_bundle_config(folder, json.loads((folder / CONFIG).read_text(encoding="utf-8")))
             with _loaded(folder) as enc:
                 manifest["recorded"]["formats"][fmt] = record_embeddings(enc)
             files = [p for p in folder.rglob("*") if p.is_file()]
