@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ import torch.distributed as dist
 # How long a process waits at a barrier (e.g. while rank 0 runs the teacher pass over a large corpus)
 # before the run fails; minutes, TINYGLOT_DIST_TIMEOUT_MIN overrides it.
 DEFAULT_TIMEOUT_MIN = 180
+# How long :func:`shutdown_distributed` leaves the GIL to gloo's threads before the process group goes.
+SETTLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,20 @@ def init_distributed(device: torch.device) -> DistContext:
 
 
 def shutdown_distributed() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group once every process is done with it.
+
+    gloo's worker threads free a finished collective's tensors after the caller has moved on, and a
+    tensor Python has already dropped needs the GIL to be freed.  The process group's destructor joins
+    those threads while holding the GIL (from the DDP reducer's or the group's deallocation), so a worker
+    thread still waiting for the GIL then waits forever: a ``torchrun`` run that hung after its last step
+    under load (the thread in ``~AsyncAllreduceWork`` -> ``decref_pyobject`` -> ``take_gil``, the main
+    thread in ``~ProcessGroupGloo`` -> ``std::thread::join``).  After the last barrier this process
+    sleeps, the GIL released, so those threads finish before anything is destroyed."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    time.sleep(SETTLE_SECONDS)
+    dist.destroy_process_group()
 
 
 class LossModule(torch.nn.Module):
