@@ -432,7 +432,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.data.general == "auto" and not cfg.data.permissive_only  # the general-domain mix by default
     assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 2000
     assert cfg.student_preset().student.init == "teacher"
-    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 16000
+    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 48000
     with pytest.raises(TinyglotError, match="unknown peer"):
         load_config("e5", sets=["eval.peers=labse"])
 
