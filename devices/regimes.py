@@ -373,6 +373,13 @@ def row_label(row: dict, names: dict[str, str] | None = None) -> str:
     return row.get("name") or spec
 
 
+def row_labels(rows: Sequence[dict], names: dict[str, str] | None = None) -> list[str]:
+    """:func:`row_label` of each row; rows whose labels collide (two folders' bundles of the same kind,
+    ``runs/a/bundles/onnx-dynamic`` and ``runs/b/bundles/onnx-dynamic``) are labelled by their spec."""
+    labels = [row_label(r, names) for r in rows]
+    return [str(r["spec"]) if labels.count(label) > 1 else label for r, label in zip(rows, labels, strict=True)]
+
+
 def regimes_table(rows: Sequence[dict], sets: Sequence[SentenceSet | str], baseline: str = BASELINE,
                   names: dict[str, str] | None = None) -> str:
     """Markdown: one row per model and regime, per set (or set name) its sentences/s and the ratio to
@@ -381,8 +388,7 @@ def regimes_table(rows: Sequence[dict], sets: Sequence[SentenceSet | str], basel
     base = next((r for r in rows if is_baseline(r, baseline) and "error" not in r), None)
     head = ["model", "regime"] + [x for s in sets for x in (f"{s} sent/s", f"× {baseline}")]
     out = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (2 * len(sets))]
-    for r in rows:
-        label = row_label(r, names)
+    for r, label in zip(rows, row_labels(rows, names), strict=True):
         if "error" in r:
             out.append(f"| {label} | error: {r['error'][:120]} |" + " |" * (2 * len(sets)))
             continue
@@ -402,14 +408,14 @@ def tokens_table(rows: Sequence[dict], sets: Sequence[SentenceSet | str], names:
     names, sets = names or {}, _set_names(sets)
     head = ["model"] + [f"{s} tokens/sentence (mean / p90)" for s in sets]
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(sets)]
-    for r in rows:
+    for r, label in zip(rows, row_labels(rows, names), strict=True):
         if "error" in r:
             continue
         cells = []
         for s in sets:
             tok = r["sets"].get(s, {}).get("tokens") or {}
             cells.append("–" if tok.get("mean") is None else f"{tok['mean']:.1f} / {tok['p90']:.0f}")
-        out.append(f"| {row_label(r, names)} | " + " | ".join(cells) + " |")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 

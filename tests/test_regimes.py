@@ -126,3 +126,14 @@ def test_rows_are_labelled_by_the_name_the_caller_gave(tmp_path):
         "tinyglot-mini?format=tflite-mediapipe"
     assert regimes.row_label({"spec": str(tmp_path), "name": bundle_name}) == bundle_name  # a folder: its kind
     assert regimes.row_label({"spec": str(tmp_path), "name": bundle_name}, {str(tmp_path): "mine"}) == "mine"
+    # two folders' bundles of the same kind: each by its path, so that the table tells them apart
+    a, b = tmp_path / "a" / "onnx-dynamic", tmp_path / "b" / "onnx-dynamic"
+    for folder in (a, b):
+        folder.mkdir(parents=True)
+    rows = [{"spec": str(a), "name": bundle_name}, {"spec": str(b), "name": bundle_name},
+            {"spec": "peer:use-m", "name": "use-m"}]
+    assert regimes.row_labels(rows) == [str(a), str(b), "peer:use-m"]
+    speeds = {"x": {"sentences_per_s": dict.fromkeys(REGIMES, 5.0), "tokens": {"mean": 3.0, "p90": 4.0}}}
+    table = regimes.regimes_table([{**r, "sets": speeds} for r in rows], ["x"])
+    assert f"| {a} | single |" in table and f"| {b} | single |" in table
+    assert f"| {b} | 3.0 / 4 |" in regimes.tokens_table([{**r, "sets": speeds} for r in rows], ["x"])
