@@ -358,7 +358,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "data": {"languages": "e5-small", "min_pairs_per_lang": 1500, "general": "auto"},
         "teacher": {"spec": "e5-small-onnx"},
         # 48k pieces rather than 16k: +2.0 / +5.0 / +7.0 P@1 on libreoffice / pretix / general in one run
-        # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, as fast
+        # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, no slower
         "distill": {"student": "fast-small", "max_steps": 2000, "vocab_size": 48000,
                     "overrides": {"train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
                                             "dev_pairs_per_lang": 50}}},
