@@ -152,8 +152,7 @@ class TeacherTrainer:
         result = loop.run(self._micro_loss, lambda: self.evaluate(model), net=net, on_step=on_step)
         if self.ctx.is_main:
             self.write_config({"trained_steps": result.steps, "best_dev_p1": result.best_dev_p1})
-        self.ctx.barrier()
-        shutdown_distributed()
+        shutdown_distributed()  # waits for every process first
         return TrainResult(self.out, result.steps, result.seconds, result.best_dev_p1, result.last_loss)
 
     def _micro_loss(self, net: torch.nn.Module, index: int) -> dict:

@@ -133,10 +133,9 @@ def run_multistage(student: str = "ms-small", teacher: str | None = None, assist
                                  progress, say)
     teacher_enc = trainer.teacher
     ran = {r.stage: r for r in trainer.run(wanted)}
-    if not trainer.ctx.is_main:  # data-parallel: rank 0 evaluates and writes the report
-        shutdown_distributed()
-        return {}
     shutdown_distributed()
+    if not trainer.ctx.is_main:  # data-parallel: rank 0 evaluates and writes the report
+        return {}
     stage_rows = [(ran.get(s) or trainer.recorded(s)).to_dict() for s in STAGES
                   if s in ran or trainer.status(s) == "complete"]
     results = evaluate_models(trainer, teacher_enc, load_testset(test_data), str(test_data or "embedded test set"),
