@@ -85,6 +85,8 @@ GAME = {  # a training package: descriptions, one line also in the story, UI str
         "Visit <b>our site</b> for more news.": "Besuche <b>unsere Seite</b> für mehr Neuigkeiten.",
         "Open file": "Datei öffnen",
         "A small red apple from the garden.": "A small red apple from the garden.",
+        "Backups should be kept on another machine, far from the original.":  # also in the manual (docs test)
+            "Sicherungen sollten auf einem anderen Rechner liegen, fern vom Original.",
     },
     "pt_BR": {"A sturdy wooden chair with a cushioned seat.": "Uma cadeira de madeira robusta com assento acolchoado."},
     "ru": {"A small red apple from the garden.": "Маленькое красное яблоко из сада.",
@@ -98,6 +100,24 @@ FORTUNES = (
     "Gott sprach: Es werde Licht.\n\t\t-- Genesis 1,3\n%\n"
     "Kurz.\n%\n"
 )
+
+def docbook_page(*paras: str) -> bytes:
+    """A Publican/DocBook HTML page: a title, then ``<div class="para">`` paragraphs."""
+    body = "".join(f'<div class="para">\n\t\t\t{p}\n\t\t</div>' for p in paras)
+    return f'<html><body><h2 class="title">1.2. Title</h2>{body}</body></html>'.encode()
+
+
+MANUAL = {  # the docs test package: a paragraph-parallel manual
+    "en-US": ("The system keeps a <code>journal</code> of every change. It can be read at any time.",
+              'Run these commands:<div class="itemizedlist"><ul><li>one</li></ul></div>',
+              "Backups should be kept on another machine, far from the original.",
+              "A disk that fails loses everything that was written on it since the last backup."),
+    "de-DE": ("Das System führt ein <code>Journal</code> jeder Änderung. Es kann jederzeit gelesen werden.",
+              'Führen Sie diese Befehle aus:<div class="itemizedlist"><ul><li>eins</li></ul></div>',
+              "Sicherungen sollten auf einem anderen Rechner liegen, fern vom Original.",
+              "Eine Platte, die ausfällt, verliert alles, was seit der letzten Sicherung darauf geschrieben wurde."),
+    "fr-FR": ("Le système tient un journal de chaque modification.",),  # another page shape: skipped
+}
 CHATTER = (
     "categories:\n- greetings\nconversations:\n- - Guten Morgen, wie geht es dir?\n"
     "  - Mir geht es sehr gut, danke.\n- - 'Was machst du heute Abend?'\n  - Ich lese ein Buch.\n"
@@ -112,6 +132,8 @@ def story_source(**kw: object) -> bg.Source:
 def sources() -> tuple[bg.Source, ...]:
     return (
         story_source(),
+        bg.Source("manual", ("manual-data",), "documentation", "GPL-2.0+", bg.extract_docbook_html,
+                  r"/html/[^/]+/[^/]+\.html$", role="test", test="docs"),
         bg.Source("game", ("game-data",), "descriptions", "CC-BY-SA-3.0", bg.extract_catalogs,
                   r"/LC_MESSAGES/game\.mo$"),
         bg.Source("fortunes-de", ("fortunes-de",), "sayings", "GPL-2.0+", bg.extract_fortunes,
@@ -135,6 +157,8 @@ def cache(tmp_path: Path) -> Path:
     (cache / "debian" / "story-data_1%3a1.0-1_all.deb").write_bytes(deb_bytes(story))
     game = {f"usr/share/locale/{loc}/LC_MESSAGES/game.mo": mo_bytes(e) for loc, e in GAME.items()}
     (cache / "debian" / "game-data_2.0-3_all.deb").write_bytes(deb_bytes(game))
+    manual = {f"usr/share/doc/manual/html/{loc}/intro.html": docbook_page(*p) for loc, p in MANUAL.items()}
+    (cache / "debian" / "manual-data_3.1_all.deb").write_bytes(deb_bytes(manual))
     fortunes = {"usr/share/games/fortunes/de/sprueche": FORTUNES.encode(),
                 "usr/share/games/fortunes/de/sprueche.dat": b"\0\1binary",
                 "usr/share/games/fortunes/de/off/witze": "Ein sehr böser Witz über jemanden.\n%\n".encode()}
@@ -286,6 +310,17 @@ def test_html_books_pair_paragraphs_only_when_the_pages_agree():
         bg.Pair("de", "First one here.", "Erster hier."), bg.Pair("de", "Second one.", "Zweiter.")]
 
 
+def test_docbook_books_pair_paragraphs_by_position_and_skip_blocks_and_other_shapes():
+    files = {f"usr/share/doc/m/html/{loc}/intro.html": docbook_page(*p) for loc, p in MANUAL.items()}
+    files["usr/share/doc/m/html/Common_Content/css/x.html"] = b"<div class='para'>not a page</div>"
+    got = list(bg.extract_docbook_html(files, sources()[1]))
+    assert got == [bg.Pair("de-DE", "The system keeps a journal of every change. It can be read at any time.",
+                           "Das System führt ein Journal jeder Änderung. Es kann jederzeit gelesen werden."),
+                   bg.Pair("de-DE", MANUAL["en-US"][2], MANUAL["de-DE"][2]),
+                   bg.Pair("de-DE", MANUAL["en-US"][3], MANUAL["de-DE"][3])]  # the paragraph with a list: dropped
+    assert bg.canonical("de-DE") == "de" and bg.canonical("zh-TW") == "zh"
+
+
 def test_water_fill_shares_fairly():
     assert bg.water_fill({"a": 10, "b": 100, "c": 100}, 110) == {"a": 10, "b": 50, "c": 50}
     assert bg.water_fill({"a": 10, "b": 20}, 100) == {"a": 10, "b": 20}
@@ -335,14 +370,23 @@ def test_build_writes_train_test_and_sources(tmp_path, cache):
     assert story["role"] == "test" and story["downloads"][0]["version"] == "1:1.0-1"
     assert len(story["downloads"][0]["sha256"]) == 64
     assert saved["train"]["monolingual"] == 7 and saved["train"]["distinct_english"] == 2
-    assert saved["test"]["pairs_per_language"] == {"de": 5, "fr": 3}
+    assert saved["tests"]["general"] == {"folder": "general-test", "pairs_per_language": {"de": 5, "fr": 3},
+                                         "mean_english_words": 9.25}
+    docs = sorted((out / "docs-test" / "de.tsv").read_text(encoding="utf-8").splitlines())
+    assert docs == sorted(f"{en}\t{x}" for en, x in [
+        ("The system keeps a journal of every change.", "Das System führt ein Journal jeder Änderung."),
+        ("It can be read at any time.", "Es kann jederzeit gelesen werden."),
+        (MANUAL["en-US"][2], MANUAL["de-DE"][2]), (MANUAL["en-US"][3], MANUAL["de-DE"][3])])
+    assert sorted(p.name for p in (out / "docs-test").iterdir()) == ["de.tsv"]  # fr's page has another shape
+    assert saved["tests"]["docs"]["pairs_per_language"] == {"de": 4}
+    assert saved["sources"][1]["rows_per_language"] == {"de": 4}
 
 
 def test_build_is_deterministic(tmp_path, cache):
     a, b = tmp_path / "a", tmp_path / "b"
     run(a, cache, min_test=1, max_test=2)
     run(b, cache, min_test=1, max_test=2)
-    for name in ("general-train.jsonl.gz", "general-test/de.tsv", "general-test/fr.tsv"):
+    for name in ("general-train.jsonl.gz", "general-test/de.tsv", "general-test/fr.tsv", "docs-test/de.tsv"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert len((a / "general-test/de.tsv").read_text(encoding="utf-8").splitlines()) == 2
 
@@ -452,7 +496,8 @@ def test_the_command_builds_into_out_and_reports_what_it_wrote(tmp_path, cache, 
     out = tmp_path / "out"
     assert main(["data", "general", "--out", str(out), "--cache", str(cache), "--offline", "--min-test", "2"]) == 0
     printed = capsys.readouterr().out
-    assert "[1/4] story (story-data 1:1.0-1)" in printed
+    assert "[1/5] story (story-data 1:1.0-1)" in printed
+    assert f"wrote {out / 'docs-test'}: 4 pairs in 1 languages" in " ".join(printed.split())
     assert f"wrote {out / 'general-train.jsonl.gz'}" in " ".join(printed.split())
     assert train_rows(out) and (out / "general-test" / "de.tsv").exists()
     record = bg.build_general(tmp_path / "again", cache, offline=True, min_test=2, log=lambda _: None)

@@ -433,6 +433,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 2000
     assert cfg.student_preset().student.init == "teacher"
     assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 48000
+    assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
     with pytest.raises(TinyglotError, match="unknown peer"):
         load_config("e5", sets=["eval.peers=labse"])
 
@@ -565,6 +566,21 @@ def test_further_test_sets_are_named_paths(tmp_path):
                          (f"data.tests=a={tmp_path / 'gen'},a={tmp_path / 'gen'}", "twice")):
         with pytest.raises(TinyglotError, match=message):
             load_config("tiny", sets=[bad])
+
+
+def test_auto_test_sets_are_the_general_builds_and_a_run_without_them_stops_before_it_starts(
+        tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    monkeypatch.setenv("TINYGLOT_HOME", str(home))
+    cfg = load_config("tiny", sets=["data.tests=docs=auto,story=auto"])  # valid before anything is built
+    assert cfg.data.extra_tests() == [("docs", str(home / "general" / "docs-test")),
+                                      ("story", str(home / "general" / "story-test"))]
+    (home / "general" / "docs-test").mkdir(parents=True)
+    out = tmp_path / "run"
+    code = main(["run", "--profile", "tiny", "--out", str(out), "--set", "data.tests=docs=auto,story=auto"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and f"no held-out test story at {home / 'general' / 'story-test'}" in err
+    assert "tinyglot data general" in err and not out.exists()
 
 
 def test_permissive_only_keeps_rows_a_shipped_model_may_learn_from(tmp_path):

@@ -4,8 +4,9 @@ packages and PyPI wheels.
     tinyglot data general [--out DIR] [--cache DIR] [--permissive-only] [--offline]
 
 (:func:`build_general`) writes ``OUT/general-train.jsonl.gz`` (rows ``{"lang", "en", "x", "src", "license"}``
-as in the shared corpus; a monolingual row has ``en == x``), ``OUT/general-test/LANG.tsv``
-(``english<TAB>translation``, from a package that training never reads) and ``OUT/SOURCES.json`` (versions,
+as in the shared corpus; a monolingual row has ``en == x``), two held-out tests of
+``english<TAB>translation`` pairs from packages that training never reads, ``OUT/general-test/LANG.tsv``
+(narrative and dialogue) and ``OUT/docs-test/LANG.tsv`` (documentation prose), and ``OUT/SOURCES.json`` (versions,
 licences, sha256 of each downloaded file, rows per language).  ``OUT`` defaults to
 ``$TINYGLOT_HOME/general``, the folder the pipeline's ``data.general = "auto"`` reads; downloads are kept
 in ``$TINYGLOT_HOME/general-cache``.  The sources, their licences and the cleaning are listed in
@@ -63,6 +64,7 @@ class Mono:
     text: str
 
 
+TRAIN_FILE = "general-train.jsonl.gz"
 Files = dict[str, bytes]  # archive member path -> content
 Extractor = Callable[[Files, "Source"], Iterator[Pair | Mono]]
 
@@ -80,6 +82,7 @@ class Source:
     registry: str = "debian"  # "debian" | "pypi"
     lang: str = ""  # monolingual sources whose files do not name their language
     role: str = "train"  # "train" | "test"
+    test: str = "general"  # a test source: the held-out test it feeds (``OUT/{test}-test/``)
     end_punct: bool = True  # pairs: keep only English that ends like a sentence
 
     @property
@@ -265,6 +268,41 @@ def extract_html_parallel(files: Files, source: Source) -> Iterator[Pair | Mono]
             if len(x_paras) == len(en_paras):
                 for en, x in zip(en_paras, x_paras, strict=True):
                     yield Pair(locale, en, x)
+
+
+_DOCBOOK_PARA = re.compile(r'<div class="para">(.*?)</div>', flags=re.DOTALL)
+_BLOCK = re.compile(r"<(?:div|pre|table|ul|ol|dl)\b")
+
+
+def _docbook_paragraphs(data: bytes) -> list[str | None]:
+    """The ``<div class="para">`` paragraphs of a Publican/DocBook page, in order; None for a paragraph
+    that holds a block (a list, a listing), whose text is cut by the first ``</div>``."""
+    text = data.decode("utf-8", "replace")
+    return [None if _BLOCK.search(p) else " ".join(html.unescape(re.sub(r"<[^>]+>", "", p)).split())
+            for p in _DOCBOOK_PARA.findall(text)]
+
+
+def extract_docbook_html(files: Files, source: Source) -> Iterator[Pair | Mono]:
+    """Translated DocBook books (Publican): ``html/LOCALE/PAGE.html`` beside ``html/en-US/PAGE.html``;
+    paragraphs are paired by position when both pages hold the same number of them."""
+    pages: dict[str, dict[str, str]] = defaultdict(dict)
+    for path in files:
+        m = re.match(r"^(?:.*/)?html/([A-Za-z]{2,3}(?:-[A-Za-z]+)?)/([^/]+)\.html$", path)
+        if m:
+            pages[m.group(2)][m.group(1)] = path
+    for name in sorted(pages):
+        english = pages[name].get("en-US")
+        if english is None:
+            continue
+        en_paras = _docbook_paragraphs(files[english])
+        for locale in sorted(pages[name]):
+            if locale == "en-US":
+                continue
+            x_paras = _docbook_paragraphs(files[pages[name][locale]])
+            if len(x_paras) == len(en_paras):
+                for en, x in zip(en_paras, x_paras, strict=True):
+                    if en is not None and x is not None:
+                        yield Pair(locale, en, x)
 
 
 _MIMESIS_KEYS = ("text", "quotes")  # real sentences; "questions" (English Quora titles) and word lists left out
@@ -619,6 +657,11 @@ SOURCES: tuple[Source, ...] = (
     Source("wesnoth", ("wesnoth-1.16-httt", "wesnoth-1.16-tsg"),
            "fantasy campaign story and dialogue (Heir to the Throne, The South Guard)", "GPL-2.0+",
            extract_catalogs, r"/LC_MESSAGES/wesnoth-(httt|tsg)\.mo$", role="test"),
+    # the held-out documentation test: a book on Debian administration; no other source reads it
+    Source("debian-handbook", ("debian-handbook",),
+           "technical documentation prose (The Debian Administrator's Handbook), paragraph-parallel",
+           "GPL-2.0+ OR CC-BY-SA-3.0", extract_docbook_html,
+           r"^usr/share/doc/debian-handbook/html/[^/]+/[^/]+\.html$", role="test", test="docs"),
     Source("cataclysm-dda", ("cataclysm-dda-data",),
            "game world text: item, creature and place descriptions, NPC dialogue, lore", "CC-BY-SA-3.0",
            extract_catalogs, r"/LC_MESSAGES/cataclysm-dda\.mo$"),
@@ -823,6 +866,17 @@ def select_train(collected: Sequence[Collected], excluded: set[str], seed: int, 
     return rows
 
 
+def test_folder(name: str) -> str:
+    """The folder of a held-out test under ``OUT``: ``general-test``, ``docs-test``."""
+    return f"{name}-test"
+
+
+def mean_words(test: dict[str, list[tuple[str, str]]]) -> float:
+    """Mean English words per pair of a test."""
+    words = [len(en.split()) for pairs in test.values() for en, _ in pairs]
+    return round(sum(words) / max(1, len(words)), 2)
+
+
 def write_jsonl_gz(path: Path, rows: Iterable[dict[str, str]]) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
@@ -869,24 +923,25 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
             f"monolingual, {len(langs)} languages, {time.monotonic() - t0:.1f} s")
     test_collected = [c for c in collected if c.source.role == "test"]
     train_collected = [c for c in collected if c.source.role == "train"]
-    test = build_test(test_collected, seed, min_test, max_test)
+    tests = {name: build_test([c for c in test_collected if c.source.test == name], seed, min_test, max_test)
+             for name in sorted({c.source.test for c in test_collected})}
     excluded = read_holdout(holdout)
-    for got in test_collected:  # every sentence of the test package, chosen or not
+    for got in test_collected:  # every sentence of the test packages, chosen or not
         for _, en, x in got.pairs:
             excluded.update((key(en), key(x)))
     rows = select_train(train_collected, excluded, seed, max_english, max_mono, max_rows, max_source_rows)
 
     out.mkdir(parents=True, exist_ok=True)
-    write_jsonl_gz(out / "general-train.jsonl.gz", rows)
-    with atomic_folder(out / "general-test") as folder:
-        for lang, pairs in test.items():
-            (folder / f"{lang}.tsv").write_text("".join(f"{en}\t{x}\n" for en, x in pairs), encoding="utf-8")
+    write_jsonl_gz(out / TRAIN_FILE, rows)
+    for name, test in tests.items():
+        with atomic_folder(out / test_folder(name)) as folder:
+            for lang, pairs in test.items():
+                (folder / f"{lang}.tsv").write_text("".join(f"{en}\t{x}\n" for en, x in pairs), encoding="utf-8")
 
     rows_by_src: dict[str, Counter[str]] = defaultdict(Counter)
     for row in rows:
         rows_by_src[row["src"]][row["lang"]] += 1
     mono_rows = [r for r in rows if r["en"] == r["x"]]
-    test_words = [len(en.split()) for pairs in test.values() for en, _ in pairs]
     record: dict[str, object] = {
         "command": {"seed": seed, "permissive_only": permissive_only, "max_english": max_english,
                     "max_mono": max_mono, "max_rows": max_rows, "max_source_rows": max_source_rows,
@@ -897,14 +952,15 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
                   "distinct_english": len({r["en"] for r in rows if r["en"] != r["x"]}),
                   "monolingual": len(mono_rows), "languages": len({r["lang"] for r in rows}),
                   "rows_per_language": dict(sorted(Counter(r["lang"] for r in rows).items()))},
-        "test": {"pairs_per_language": {lang: len(p) for lang, p in test.items()},
-                 "mean_english_words": round(sum(test_words) / max(1, len(test_words)), 2)},
+        "tests": {name: {"folder": test_folder(name),
+                         "pairs_per_language": {lang: len(p) for lang, p in test.items()},
+                         "mean_english_words": mean_words(test)} for name, test in tests.items()},
         "sources": [{
             "name": got.source.name, "role": got.source.role, "registry": got.source.registry,
             "text": got.source.text, "license": got.source.license, "permissive": got.source.permissive,
             "downloads": [vars(d) for d in got.downloads],
             "rows_per_language": (dict(sorted(rows_by_src[got.source.name].items())) if got.source.role == "train"
-                                  else {lang: len(p) for lang, p in test.items()}),
+                                  else {lang: len(p) for lang, p in tests[got.source.test].items()}),
         } for got in collected],
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -916,7 +972,6 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
 
 # ---------------------------------------------------------------------------------------- entry point
 
-TRAIN_FILE = "general-train.jsonl.gz"
 DEFAULT_LANGUAGES = "e5-small"
 
 

