@@ -104,7 +104,7 @@ class LeallaTrainer:
         self.data: TokenizedPairs = tokenized_corpus(train_g, tokenizer, preset.student.max_len, tc, self.device,
                                                      self.ctx)
         self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed,
-                              general_share=tc.general_share)
+                              general_share=tc.general_share, grouping=tc.batch_grouping)
         general = self.plan.general_fraction()
         if general > 0:
             log.info("general-domain rows: %.1f %% of the draws (train.general_share=%s)", 100 * general,

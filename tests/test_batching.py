@@ -182,3 +182,39 @@ def test_general_share_out_of_range_is_refused(share):
 
     with pytest.raises(TinyglotError, match="general_share"):
         TrainSettings(general_share=share).validate()
+
+
+def test_source_grouping_cuts_the_same_draws_into_batches_of_one_source():
+    counts = {"de": 4000, "fr": 3000, "ja": 2000}
+    data = _with_sources(_pairs(counts), {"de": 1000, "fr": 1500, "ja": 2000})  # two sources: ui, general:book
+    by_length = BatchPlan(data, 32, 2.0, seed=0, chunk=20)
+    by_source = BatchPlan(data, 32, 2.0, seed=0, chunk=20, grouping="source")
+
+    def draws(plan: BatchPlan, chunk: int) -> list[tuple[int, int]]:
+        return sorted(tuple(r) for s in range(chunk * 20, chunk * 20 + 20) for r in plan._chunk(chunk)[s % 20])
+
+    assert draws(by_length, 0) == draws(by_source, 0) and draws(by_length, 3) == draws(by_source, 3)
+
+    def mixed(plan: BatchPlan) -> int:  # batches holding rows of both sources
+        return sum(len({data.pairs[li][pi].src for li, pi in plan.batch(s)}) > 1 for s in range(100))
+
+    assert mixed(by_source) <= 5  # one batch per chunk at most straddles the two sources
+    assert mixed(by_length) >= 80  # by length alone nearly every batch mixes them
+    langs = {len({li for li, _ in by_source.batch(s)}) for s in range(100)}
+    assert max(langs) > 1  # one source's batch still mixes its languages
+    for s in range(40):  # within a source, still sorted by length
+        rows = by_source._chunk(0)[s % 20]
+        srcs = [data.pairs[li][pi].src for li, pi in rows]
+        lengths = [_length(data, r) for r in rows]
+        for a, b in zip(range(len(rows)), range(1, len(rows)), strict=False):
+            assert srcs[a] != srcs[b] or lengths[a] <= lengths[b]
+    with pytest.raises(TinyglotError, match="grouping"):
+        BatchPlan(data, 32, 2.0, seed=0, grouping="topic")
+
+
+def test_batch_grouping_setting_is_checked():
+    from tinyglot.trainloop import TrainSettings
+
+    TrainSettings(batch_grouping="source").validate()
+    with pytest.raises(TinyglotError, match="batch_grouping"):
+        TrainSettings(batch_grouping="random").validate()

@@ -167,6 +167,9 @@ def pad_arrays(seqs: Sequence[np.ndarray], max_len: int, widths: Sequence[int] =
     return Batch(ids, mask.astype(np.int64))
 
 
+BATCH_GROUPINGS = ("length", "source")
+
+
 class BatchPlan:
     """Length-bucketed batches drawn with temperature-based language sampling.
 
@@ -178,14 +181,21 @@ class BatchPlan:
 
     ``general_share`` > 0: in a language with both general-domain rows (:attr:`Pair.general`) and
     others, that share of its draws takes a general row (uniformly among them), the rest another row.
+
+    ``grouping="source"`` sorts a chunk's draws by their pair's ``src`` before length, so a batch holds
+    rows of one source (of any language) as far as the chunk allows: in-batch negatives of the same
+    kind of text.  The draws themselves are the same as with ``"length"``.
     """
 
     def __init__(
         self, data: TokenizedPairs, batch_size: int, temperature: float, seed: int, chunk: int = 50,
-        general_share: float = 0.0,
+        general_share: float = 0.0, grouping: str = "length",
     ) -> None:
         if batch_size < 2:
             raise TinyglotError(f"batch_size must be at least 2 for in-batch negatives, got {batch_size}")
+        if grouping not in BATCH_GROUPINGS:
+            raise TinyglotError(f"unknown batch grouping {grouping!r}", f"choose one of: {', '.join(BATCH_GROUPINGS)}")
+        self.grouping = grouping
         self.data = data
         self.batch_size = batch_size
         self.seed = seed
@@ -201,10 +211,20 @@ class BatchPlan:
                 if general.any() and not general.all():
                     self._domains[li] = (np.flatnonzero(general), np.flatnonzero(~general))
         self._cache: tuple[int, list[np.ndarray]] | None = None
+        self._sources: list[np.ndarray] | None = None
 
     def _general_masks(self) -> list[np.ndarray]:
         """Per language, which of its rows are general-domain (:attr:`Pair.general`)."""
         return [np.fromiter((p.general for p in ps), dtype=bool, count=len(ps)) for ps in self.data.pairs]
+
+    def _source_codes(self) -> list[np.ndarray]:
+        """Per language, a code of each row's ``src`` (codes in the order of the sorted names); made once."""
+        if self._sources is None:
+            names = sorted({p.src for ps in self.data.pairs for p in ps})
+            code = {name: i for i, name in enumerate(names)}
+            self._sources = [np.fromiter((code[p.src] for p in ps), dtype=np.int64, count=len(ps))
+                             for ps in self.data.pairs]
+        return self._sources
 
     def general_fraction(self) -> float:
         """The expected share of general-domain rows among the draws (language probabilities included)."""
@@ -228,7 +248,12 @@ class BatchPlan:
         length = np.array(
             [max(len(self.data.x[li][pi]), len(self.data.en[li][pi])) for li, pi in zip(lang, idx, strict=True)]
         )
-        order = np.lexsort((rng.random(n), length))
+        keys = [rng.random(n), length]
+        if self.grouping == "source":
+            sources = self._source_codes()
+            keys.append(np.fromiter((sources[li][pi] for li, pi in zip(lang, idx, strict=True)), dtype=np.int64,
+                                    count=n))
+        order = np.lexsort(keys)
         draws = np.stack([lang[order], idx[order]], axis=1)
         batches = [draws[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
         batches = [batches[i] for i in rng.permutation(len(batches))]

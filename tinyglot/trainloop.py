@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from tinyglot.batching import BATCH_GROUPINGS
 from tinyglot.config import MAX_BATCH, MAX_THREADS, validate_at_most, validate_positive
 from tinyglot.distributed import DistContext
 from tinyglot.errors import TinyglotError
@@ -46,6 +47,11 @@ class TrainSettings:
     # the pipeline's data.general); 0 = every row of the language equally likely (general rows then
     # come up in proportion to their number).
     general_share: float = 0.0
+    # How a chunk of draws is cut into batches: "length" (sentences of similar length together: little
+    # padding); "source" (by the rows' src first, then length: each batch holds one corpus or general
+    # source as far as the chunk allows, so its in-batch negatives are of the same kind of text, as
+    # E5's own training batches were).
+    batch_grouping: str = "length"
     dev_fraction: float = 0.02
     dev_pairs_per_lang: int = 200
     log_every: int = 10
@@ -80,6 +86,9 @@ class TrainSettings:
             raise TinyglotError(f"train.general_share must be in [0, 1), got {self.general_share}",
                                 "0 samples a language's rows uniformly; 0.5 takes half of its draws from "
                                 "its general-domain rows")
+        if self.batch_grouping not in BATCH_GROUPINGS:
+            raise TinyglotError(f"unknown train.batch_grouping {self.batch_grouping!r}",
+                                f"choose one of: {', '.join(BATCH_GROUPINGS)}")
         if self.token_cache not in self.TOKEN_CACHE:
             raise TinyglotError(f"unknown train.token_cache {self.token_cache!r}",
                                 f"choose one of: {', '.join(self.TOKEN_CACHE)}")

@@ -248,26 +248,37 @@ def _paragraphs(data: bytes) -> list[str]:
     return [html.unescape(re.sub(r"<[^>]+>", "", p)) for p in found]
 
 
+def _parallel_pages(files: Files, page: re.Pattern[str], english: str,
+                    paragraphs: Callable[[bytes], Sequence[str | None]]) -> Iterator[Pair | Mono]:
+    """Pairs of a translated book whose member paths ``page`` names (groups ``page`` and ``locale``):
+    each page's paragraphs beside the ``english`` locale's, paired by position when both hold the same
+    number of them; a paragraph that ``paragraphs`` gives as None is skipped."""
+    pages: dict[str, dict[str, str]] = defaultdict(dict)
+    for path in files:
+        m = page.match(path)
+        if m:
+            pages[m.group("page")][m.group("locale")] = path
+    for name in sorted(pages):
+        if english not in pages[name]:
+            continue
+        en_paras = paragraphs(files[pages[name][english]])
+        for locale in sorted(pages[name]):
+            if locale == english:
+                continue
+            x_paras = paragraphs(files[pages[name][locale]])
+            if len(x_paras) == len(en_paras):
+                for en, x in zip(en_paras, x_paras, strict=True):
+                    if en is not None and x is not None:
+                        yield Pair(locale, en, x)
+
+
+_PO4A_PAGE = re.compile(r"^(?:.*/)?(?P<page>[^/.]+)\.(?P<locale>[A-Za-z_-]+)\.html$")
+
+
 def extract_html_parallel(files: Files, source: Source) -> Iterator[Pair | Mono]:
     """Translated HTML books (po4a): ``NAME.LANG.html`` beside ``NAME.en.html``; paragraphs are paired by
     position when both pages hold the same number of them."""
-    pages: dict[str, dict[str, str]] = defaultdict(dict)
-    for path in files:
-        m = re.match(r"^(?:.*/)?([^/.]+)\.([A-Za-z_-]+)\.html$", path)
-        if m:
-            pages[m.group(1)][m.group(2)] = path
-    for name in sorted(pages):
-        english = pages[name].get("en")
-        if english is None:
-            continue
-        en_paras = _paragraphs(files[english])
-        for locale in sorted(pages[name]):
-            if locale == "en":
-                continue
-            x_paras = _paragraphs(files[pages[name][locale]])
-            if len(x_paras) == len(en_paras):
-                for en, x in zip(en_paras, x_paras, strict=True):
-                    yield Pair(locale, en, x)
+    return _parallel_pages(files, _PO4A_PAGE, "en", _paragraphs)
 
 
 _DOCBOOK_PARA = re.compile(r'<div class="para">(.*?)</div>', flags=re.DOTALL)
@@ -282,27 +293,13 @@ def _docbook_paragraphs(data: bytes) -> list[str | None]:
             for p in _DOCBOOK_PARA.findall(text)]
 
 
+_DOCBOOK_PAGE = re.compile(r"^(?:.*/)?html/(?P<locale>[A-Za-z]{2,3}(?:-[A-Za-z]+)?)/(?P<page>[^/]+)\.html$")
+
+
 def extract_docbook_html(files: Files, source: Source) -> Iterator[Pair | Mono]:
     """Translated DocBook books (Publican): ``html/LOCALE/PAGE.html`` beside ``html/en-US/PAGE.html``;
     paragraphs are paired by position when both pages hold the same number of them."""
-    pages: dict[str, dict[str, str]] = defaultdict(dict)
-    for path in files:
-        m = re.match(r"^(?:.*/)?html/([A-Za-z]{2,3}(?:-[A-Za-z]+)?)/([^/]+)\.html$", path)
-        if m:
-            pages[m.group(2)][m.group(1)] = path
-    for name in sorted(pages):
-        english = pages[name].get("en-US")
-        if english is None:
-            continue
-        en_paras = _docbook_paragraphs(files[english])
-        for locale in sorted(pages[name]):
-            if locale == "en-US":
-                continue
-            x_paras = _docbook_paragraphs(files[pages[name][locale]])
-            if len(x_paras) == len(en_paras):
-                for en, x in zip(en_paras, x_paras, strict=True):
-                    if en is not None and x is not None:
-                        yield Pair(locale, en, x)
+    return _parallel_pages(files, _DOCBOOK_PAGE, "en-US", _docbook_paragraphs)
 
 
 _MIMESIS_KEYS = ("text", "quotes")  # real sentences; "questions" (English Quora titles) and word lists left out
