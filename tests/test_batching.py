@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinyglot.batching import BatchPlan, TokenizedPairs, pad_arrays, tokenize_pairs
+from tinyglot.batching import SOURCE_CHUNK, BatchPlan, TokenizedPairs, pad_arrays, tokenize_pairs
 from tinyglot.data.clean import group_by_lang, sampling_probs
 from tinyglot.errors import TinyglotError
 from tinyglot.tokenizer import PAD_ID
@@ -210,6 +210,9 @@ def test_source_grouping_cuts_the_same_draws_into_batches_of_one_source():
             assert srcs[a] != srcs[b] or lengths[a] <= lengths[b]
     with pytest.raises(TinyglotError, match="grouping"):
         BatchPlan(data, 32, 2.0, seed=0, grouping="topic")
+    # long chunks by default, so that each source's share still sorts into batches of similar length
+    assert BatchPlan(data, 32, 2.0, seed=0, grouping="source").chunk == SOURCE_CHUNK
+    assert BatchPlan(data, 32, 2.0, seed=0).chunk == 50
 
 
 def test_batch_grouping_setting_is_checked():

@@ -430,7 +430,9 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.teacher.spec == "e5-small-onnx" and cfg.distill.student == "fast-small"
     assert cfg.data.languages == "e5-small" and cfg.data.min_pairs_per_lang == 1500
     assert cfg.data.general == "auto" and not cfg.data.permissive_only  # the general-domain mix by default
-    assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 2000
+    assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 4000
+    train = cfg.student_preset().train
+    assert train.batch_grouping == "source" and train.general_share == 0.4
     assert cfg.student_preset().student.init == "teacher"
     assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 48000
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
@@ -483,11 +485,12 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     assert all({r["lang"] for r in m["result"]["languages"]} == {"de", "fr"} for m in general["models"])
     assert "## P@1 on every test set" in report and "### general: P@1 per language" in report
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run
-    # the peers' scores are kept in TINYGLOT_HOME for every later run folder; the run's own models in the run
-    peer_rows = [m["result"] for m in results["models"] if m["kind"] == "peer"]
+    # the scores of fixed models (the peers, and the teacher, which is one) are kept in TINYGLOT_HOME for every
+    # later run folder; the run's own models in the run
+    fixed_rows = [m["result"] for m in results["models"] if m["kind"] in ("peer", "teacher")]
     kept = [json.loads(f.read_text()) for f in sorted((tmp_path / "home" / "eval-cache").glob("*.json"))]
-    assert len(kept) == 4 and {json.dumps(r) for r in peer_rows} <= {json.dumps(r) for r in kept}  # 2 peers x 2 sets
-    assert len(list((tmp_path / "run" / "eval" / "cache").glob("*.json"))) == 8  # 4 models x 2 test sets
+    assert len(kept) == 6 and {json.dumps(r) for r in fixed_rows} <= {json.dumps(r) for r in kept}  # 3 x 2 sets
+    assert len(list((tmp_path / "run" / "eval" / "cache").glob("*.json"))) == 6  # 3 models x 2 test sets
     # the peers are benchmarked beside the bundles (their own runtime), so the Pareto view shows them
     from tinyglot.devices.bench import read_measurements
 

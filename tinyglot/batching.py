@@ -168,6 +168,10 @@ def pad_arrays(seqs: Sequence[np.ndarray], max_len: int, widths: Sequence[int] =
 
 
 BATCH_GROUPINGS = ("length", "source")
+# Batches a chunk holds with grouping="source": one source's share of a small chunk spans a wide range of
+# lengths.  Padded tokens per real token, 2,000 batches of 128 from the e5 profile's mix (48k pieces):
+# length 50 -> 1.32; source 50 -> 3.13, 500 -> 1.54, 2,000 -> 1.27.
+SOURCE_CHUNK = 2000
 
 
 class BatchPlan:
@@ -183,12 +187,13 @@ class BatchPlan:
     others, that share of its draws takes a general row (uniformly among them), the rest another row.
 
     ``grouping="source"`` sorts a chunk's draws by their pair's ``src`` before length, so a batch holds
-    rows of one source (of any language) as far as the chunk allows: in-batch negatives of the same
-    kind of text.  The draws themselves are the same as with ``"length"``.
+    rows of one source (of any language): in-batch negatives of the same kind of text.  Its chunks
+    are :data:`SOURCE_CHUNK` batches long (``chunk`` = 0 picks 50 or that), so that each source's share
+    of a chunk still sorts into batches of similar length.
     """
 
     def __init__(
-        self, data: TokenizedPairs, batch_size: int, temperature: float, seed: int, chunk: int = 50,
+        self, data: TokenizedPairs, batch_size: int, temperature: float, seed: int, chunk: int = 0,
         general_share: float = 0.0, grouping: str = "length",
     ) -> None:
         if batch_size < 2:
@@ -199,7 +204,7 @@ class BatchPlan:
         self.data = data
         self.batch_size = batch_size
         self.seed = seed
-        self.chunk = chunk
+        self.chunk = chunk or (SOURCE_CHUNK if grouping == "source" else 50)
         counts = {lang: data.count(i) for i, lang in enumerate(data.langs)}
         probs = sampling_probs(counts, temperature)
         self.probs = np.array([probs[lang] for lang in data.langs], dtype=np.float64)

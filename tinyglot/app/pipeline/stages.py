@@ -344,6 +344,7 @@ class EvalModel:
     path: str
     identity: str  # what the cached result depends on
     open: Callable[[], Any]
+    shared: bool = False  # a fixed model (a peer from its wheel): its results are kept for every run folder
 
 
 def eval_models(ctx: RunContext) -> list[EvalModel]:
@@ -360,9 +361,13 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
     student = ctx.student_dir
     from tinyglot.evaluation.tfidf import FIT_PAIRS
 
+    from tinyglot.encoders.peers import PEERS, load_peer, peer_identity
+
     tfidf_identity = hash_json({**train_data_inputs(ctx.cfg), "fit_pairs": FIT_PAIRS})
-    models = [EvalModel("TF-IDF", "tfidf", "", tfidf_identity, tfidf),
-              EvalModel("teacher", "teacher", ctx.teacher_spec(), ctx.output_hash("teacher"), teacher),
+    spec = ctx.teacher_spec()
+    teacher_row = (EvalModel("teacher", "teacher", spec, peer_identity(spec), teacher, shared=True) if spec in PEERS
+                   else EvalModel("teacher", "teacher", spec, ctx.output_hash("teacher"), teacher))
+    models = [EvalModel("TF-IDF", "tfidf", "", tfidf_identity, tfidf), teacher_row,
               EvalModel("student (PyTorch)", "student", str(student), ctx.output_hash("distill", "distill/student/"),
                         partial(tinyglot.load, student, device=ctx.cfg.eval.device))]
     for name in ctx.cfg.bundle_names():
@@ -374,20 +379,18 @@ def eval_models(ctx: RunContext) -> list[EvalModel]:
         models.append(EvalModel(name, "teacher-bundle", str(path), ctx.output_hash("export", f"bundles/{name}/"),
                                 partial(tinyglot.load, path)))
     for name in ctx.cfg.eval.peers:
-        from tinyglot.encoders.peers import PEERS, load_peer, peer_identity
-
         models.append(EvalModel(f"peer {name}", "peer", PEERS[name].package, peer_identity(name),
-                                partial(load_peer, name, threads=ctx.cfg.eval.threads)))
+                                partial(load_peer, name, threads=ctx.cfg.eval.threads), shared=True))
     return models
 
 
-def eval_cache(ctx: RunContext, kind: str) -> Path:
-    """Where an evaluation's result is kept: a peer's (a fixed model from its wheel) in
-    ``$TINYGLOT_HOME/eval-cache``, shared by every run folder, so e5-small's slow pass over a test set
-    is paid once; the run's own models in the run folder."""
+def eval_cache(ctx: RunContext, model: EvalModel) -> Path:
+    """Where an evaluation's result is kept: a fixed model's (a peer from its wheel, or a teacher that is
+    one, such as e5-small-onnx) in ``$TINYGLOT_HOME/eval-cache``, shared by every run folder, so
+    e5-small's slow pass over a test set is paid once; the run's own models in the run folder."""
     from tinyglot.config import tinyglot_home
 
-    return tinyglot_home() / "eval-cache" if kind == "peer" else ctx.out / "eval" / "cache"
+    return tinyglot_home() / "eval-cache" if model.shared else ctx.out / "eval" / "cache"
 
 
 def read_cached_result(path: Path) -> BitextResult | None:
@@ -410,7 +413,7 @@ def eval_on(ctx: RunContext, models: list[EvalModel], testset: dict, name: str, 
     test_key = hash_json({"test": inputs, "batch_size": ctx.cfg.eval.batch_size, "device": ctx.cfg.eval.device})
     rows: list[dict[str, Any]] = []
     for m in models:
-        path = eval_cache(ctx, m.kind) / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
+        path = eval_cache(ctx, m) / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
         result = read_cached_result(path)
         cached = result is not None
         if result is not None:
