@@ -103,8 +103,7 @@ class LeallaTrainer:
         preset.student.vocab_size = tokenizer.vocab_size
         self.data: TokenizedPairs = tokenized_corpus(train_g, tokenizer, preset.student.max_len, tc, self.device,
                                                      self.ctx)
-        self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed,
-                              general_share=tc.general_share, grouping=tc.batch_grouping)
+        self.plan = BatchPlan.from_settings(self.data, tc, self.ctx.world)
         general = self.plan.general_fraction()
         if general > 0:
             log.info("general-domain rows: %.1f %% of the draws (train.general_share=%s)", 100 * general,

@@ -92,8 +92,7 @@ class TeacherTrainer:
                      self.data.truncated, preset.model.max_len)
         self.lang_ids = [tokenizer.lang_token_id(lang) for lang in self.data.langs]
         self.pivot_id = tokenizer.lang_token_id(PIVOT)
-        self.plan = BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed,
-                              general_share=tc.general_share, grouping=tc.batch_grouping)
+        self.plan = BatchPlan.from_settings(self.data, tc, self.ctx.world)
 
     # ---------------------------------------------------------------- helpers
     def meta(self) -> dict:

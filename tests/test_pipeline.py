@@ -416,6 +416,8 @@ def test_changing_a_distill_setting_reruns_distill_and_after_but_not_the_teacher
     assert "distill: running (its inputs changed)" in proc.stdout
     summary = json.loads((tiny_run.out / "distill" / "summary.json").read_text())
     assert summary["trained_steps"] == steps
+    # the data attributions of what it trained on (tinyglot release reads them beside the student)
+    assert summary["sources"] and sum(s["rows"] for s in summary["sources"]) == summary["train_pairs"]
     assert f"{steps} distillation steps" in (tiny_run.out / "report.md").read_text(encoding="utf-8")
     # the teacher's bundle was kept, so it and the TF-IDF and teacher evaluations came from the caches
     assert "the teacher's teacher-onnx-dynamic bundle is reused" in proc.stdout

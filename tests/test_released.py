@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 import tinyglot
+from tinyglot.data.pairs import source_counts
 from tinyglot.errors import TinyglotError
 from tinyglot.released import (
     CARD,
@@ -150,6 +152,27 @@ def test_every_shipped_model_matches_its_manifest(name, monkeypatch):
     assert manifest["licences"]["data"], f"{name} was released without its data attributions"
 
 
+@pytest.mark.parametrize("name", SHIPPED or [pytest.param("none", marks=pytest.mark.skip(
+    reason="no model is released yet (tinyglot/released/ holds none)"))])
+def test_every_shipped_model_has_its_recipe_in_the_repository(name):
+    """release/make.sh NAME makes it again from a fresh clone: a case for it, its card data, the same bundles."""
+    from tinyglot.app.release import read_card_data
+
+    repo = Path(__file__).resolve().parents[1]
+    script = (repo / "release" / "make.sh").read_text(encoding="utf-8")
+    assert subprocess.run(["bash", "-n", str(repo / "release" / "make.sh")]).returncode == 0
+    case = script.split(f"\n    {name})", 1)
+    assert len(case) == 2, f"release/make.sh has no recipe for {name}"
+    formats = case[1].split("formats=", 1)[1].split()[0].rstrip(";")
+    manifest = json.loads((PACKAGE_ROOT / name / MANIFEST).read_text(encoding="utf-8"))
+    assert set(formats.split(",")) == set(manifest["formats"])
+    card, _ = read_card_data(repo / "release" / f"{name}.json")
+    assert card["training"]["command"].startswith(f"release/make.sh {name}")
+    assert manifest["made"]["release_command"].endswith(f"--card-data release/{name}.json --formats {formats}") or (
+        formats == "onnx-text,tflite-mediapipe"
+        and manifest["made"]["release_command"].endswith(f"--card-data release/{name}.json"))
+
+
 # ====================================================================== the release, end to end
 @pytest.fixture(scope="module")
 def trained_student(small_pairs, tiny_teacher_dir, tmp_path_factory) -> Path:
@@ -258,6 +281,8 @@ def test_release_end_to_end(trained_student, small_corpus, small_pairs, tmp_path
     # a release again replaces the folder as a whole (the folder is tinyglot's)
     again = release_student(trained_student, "tiny-test", card_path, formats=["onnx-text"], max_sentences=10)
     assert set(again["formats"]) == {"onnx-text"} and not (folder / "tflite-mediapipe").exists()
+    card = (folder / CARD).read_text(encoding="utf-8")  # no MediaPipe code for a file it does not hold
+    assert "holds no `tflite-mediapipe` bundle" in card and "TextEmbedder.createFromOptions" not in card
     check_released(folder)
     with pytest.raises(TinyglotError, match="no 'tflite-mediapipe' bundle"):
         tinyglot.load("tiny-test?format=tflite-mediapipe")
@@ -347,6 +372,13 @@ def test_release_refuses_bad_names_copyleft_data_and_foreign_folders(student_dir
                              "license": "BSD-3-Clause"}) + "\n")
     with pytest.raises(TinyglotError, match=r"weblate \(GPL-3.0-or-later, 1 rows\)"):
         release_student(student_dir, "tiny", root=root, corpus=[gpl])
+    # no corpus: the sources a pipeline run recorded beside its student (distill/summary.json) are checked
+    run_student = tmp_path / "run" / "distill" / "student"
+    shutil.copytree(student_dir, run_student)
+    (run_student.parent / "summary.json").write_text(json.dumps({"sources": source_counts(
+        [("django", "BSD-3-Clause", "de"), ("general:wesnoth", "GPL-2.0+", "de")])}))
+    with pytest.raises(TinyglotError, match=r"wesnoth \(GPL-2.0\+, 1 rows\)"):
+        release_student(run_student, "tiny", root=root)
     foreign = root / "tiny"
     foreign.mkdir(parents=True)
     (foreign / "notes.txt").write_text("mine")
@@ -424,3 +456,39 @@ def test_results_in_every_accepted_form(tmp_path):
     assert results["tests"] == {}
     with pytest.raises(TinyglotError, match="must be"):
         read_results({"results": {"t": {"student": {"de": 1}, "labse": {"de": 2}}}}, tmp_path, "x", "e5-small")
+
+
+def test_source_counts_name_each_source_once_largest_first():
+    rows = [("django", "BSD-3-Clause", "de"), ("general:fortunes-it", "public-domain", "it"),
+            ("django", "BSD-3-Clause", "fr"), ("", "", "ja")]
+    assert source_counts(rows) == [
+        {"src": "django", "license": "BSD-3-Clause", "rows": 2, "languages": 2},
+        {"src": "fortunes-it", "license": "public-domain", "rows": 1, "languages": 1},
+        {"src": "unknown", "license": "unknown", "rows": 1, "languages": 1}]
+
+
+def test_results_of_a_pipeline_run(tmp_path):
+    """A ``tinyglot run``'s eval/results.json: the int8 onnx-text bundle is the student column, every test set."""
+    from tinyglot.app.release import read_results
+
+    def row(name, kind, p1):
+        return {"name": name, "kind": kind, "path": "", "result": {"languages": [
+            {"lang": lang, "n": 300, "x2en": v, "en2x": v, "mean": v} for lang, v in p1.items()]}}
+
+    def models(base):
+        return [row("TF-IDF", "tfidf", {"de": 0.1}), row("teacher", "teacher", {"de": base + 0.1}),
+                row("student (PyTorch)", "student", {"de": base - 0.2}),
+                row("onnx-dynamic", "bundle", {"de": base - 0.1}), row("onnx-text-dynamic", "bundle", {"de": base}),
+                row("peer use-m", "peer", {"de": base + 0.05})]
+
+    run = {"testset": "../shared/data/test/libreoffice (first 300 pairs per language)", "models": models(0.8),
+           "extra": [{"name": "docs", "testset": "/h/general/docs-test", "models": models(0.5)}]}
+    (tmp_path / "results.json").write_text(json.dumps(run))
+    results, speed = read_results({"results": "results.json"}, tmp_path, "x", "e5-small")
+    assert list(results["tests"]) == ["libreoffice", "docs"] and speed == []
+    assert results["tests"]["libreoffice"]["languages"]["de"] == {"student": 80.0, "teacher": 90.0, "use-m": 85.0}
+    assert results["tests"]["docs"]["mean"] == {"student": 50.0, "teacher": 60.0, "use-m": 55.0}
+    run["models"] = [m for m in run["models"] if m["kind"] not in ("bundle", "student")]
+    (tmp_path / "results.json").write_text(json.dumps(run))
+    with pytest.raises(TinyglotError, match="no student row"):
+        read_results({"results": "results.json"}, tmp_path, "x", "e5-small")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from tinyglot.data.clean import english_key, group_by_lang, sampling_probs, trai
 from tinyglot.errors import TinyglotError
 from tinyglot.tokenizer import PAD_ID, Batch, Tokenizer
 
+
+if TYPE_CHECKING:
+    from tinyglot.trainloop import TrainSettings
 
 log = logging.getLogger("tinyglot.data")
 PIVOT = "en"
@@ -217,6 +221,14 @@ class BatchPlan:
                     self._domains[li] = (np.flatnonzero(general), np.flatnonzero(~general))
         self._cache: tuple[int, list[np.ndarray]] | None = None
         self._sources: list[np.ndarray] | None = None
+
+    @classmethod
+    def from_settings(cls, data: TokenizedPairs, tc: TrainSettings, world: int = 1, seed_offset: int = 0
+                      ) -> BatchPlan:
+        """The plan a trainer's settings ask for: the global batch (``tc.batch_size`` per process times
+        ``world``), its language temperature, seed (plus ``seed_offset``), general-domain share and grouping."""
+        return cls(data, tc.batch_size * world, tc.lang_temperature, tc.seed + seed_offset,
+                   general_share=tc.general_share, grouping=tc.batch_grouping)
 
     def _general_masks(self) -> list[np.ndarray]:
         """Per language, which of its rows are general-domain (:attr:`Pair.general`)."""

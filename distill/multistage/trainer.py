@@ -164,8 +164,7 @@ class MultiStageTrainer:
 
     def plan(self, stage: int) -> BatchPlan:
         tc = self.preset.stage_settings(stage)
-        return BatchPlan(self.data, tc.batch_size * self.ctx.world, tc.lang_temperature, tc.seed + stage,
-                         general_share=tc.general_share, grouping=tc.batch_grouping)
+        return BatchPlan.from_settings(self.data, tc, self.ctx.world, seed_offset=stage)
 
     def share(self, b: Batch) -> float | None:
         """This process's part of the global batch (None in one process): per-pair losses are

@@ -7,8 +7,9 @@ runtime); then it
 
 - records the embeddings of a few sentences from each bundle (the guard of ``tests/test_released.py``),
 - measures each bundle's speed on this machine (one thread, single sentences and a batch),
-- reads the P@1 per test set of the student, its teacher and USE-m from a results JSON (the ``--json`` of
-  ``benchmarks/peers.py``, or per-model ``tinyglot eval --json`` files, or the numbers themselves),
+- reads the P@1 per test set of the student, its teacher and USE-m from a results JSON (a ``tinyglot run``'s
+  ``eval/results.json``, the ``--json`` of ``benchmarks/peers.py``, per-model ``tinyglot eval --json``
+  files, or the numbers themselves),
 - counts the data attributions from the training corpus's rows (``src``/``license``) and refuses
   licences that are not permissive (``tinyglot.data.pairs.PERMISSIVE``),
 - writes ``MODEL_CARD.md``, ``LICENSES.md`` (the teacher's licence, the data attributions) and
@@ -49,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from tinyglot.data.pairs import source_counts
 from tinyglot.errors import TinyglotError
 from tinyglot.released import (
     CARD,
@@ -115,6 +117,11 @@ KNOWN_SOURCES = {
     "sphinx": "the Sphinx team and translators",
     "django_cms": "Divio AG and django CMS contributors",
     "allauth": "Raymond Penners and contributors",
+    # the permissive sources of `tinyglot data general` (data/README.md), from their packages' copyright files
+    "debmake-doc": "Osamu Aoki, Stéphane Blondon and the debmake-doc translators",
+    "fortunes-it": "the fortune-it collection (fortune-it.net): quotations credited in each entry",
+    "chatterbot": "Gunther Cox and the chatterbot-corpus contributors",
+    "spacy-examples": "ExplosionAI GmbH, spaCy GmbH and Matthew Honnibal",
 }
 CARD_KEYS = {"description", "teacher", "teacher_licence", "training", "corpus", "attributions", "results",
              "student_spec", "teacher_spec", "test_sets", "licence", "languages", "speed", "notes"}
@@ -161,35 +168,44 @@ def licence_is_permissive(licence: str) -> bool:
     return text.strip("()") in PERMISSIVE
 
 
+def _corpus_rows(path: Path) -> Iterator[tuple[str, str, str]]:
+    """``(src, license, lang)`` of each row of a JSONL corpus file (plain or .gz)."""
+    if not path.is_file():
+        raise TinyglotError(f"corpus {path} not found", "pass the training corpus (JSONL rows with src, license)")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise TinyglotError(f"{path}:{n} is not a JSON row",
+                                    "pass a JSONL corpus whose rows name their src and license") from None
+            if isinstance(row, dict):
+                yield (str(row.get("src") or ""), str(row.get("license") or row.get("licence") or ""),
+                       str(row.get("lang") or ""))
+
+
+def _attributed(counts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**entry, "by": KNOWN_SOURCES.get(entry["src"], "")} for entry in counts]
+
+
 def corpus_attributions(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """Rows, languages and licence per source (``src``) of JSONL corpus files (plain or .gz), from their rows'
     ``src`` and ``license`` fields; a row without them counts as source ``unknown``."""
-    counts: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in paths:
-        if not path.is_file():
-            raise TinyglotError(f"corpus {path} not found", "pass the training corpus (JSONL rows with src, license)")
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    raise TinyglotError(f"{path}:{n} is not a JSON row",
-                                        "pass a JSONL corpus whose rows name their src and license") from None
-                if not isinstance(row, dict):
-                    continue
-                src = str(row.get("src") or "unknown")
-                lic = str(row.get("license") or row.get("licence") or "unknown")
-                entry = counts.setdefault((src, lic), {"src": src, "license": lic, "rows": 0, "languages": set()})
-                entry["rows"] += 1
-                if row.get("lang"):
-                    entry["languages"].add(str(row["lang"]))
-    out = []
-    for entry in sorted(counts.values(), key=lambda e: (-e["rows"], e["src"])):
-        out.append({**entry, "languages": len(entry["languages"]), "by": KNOWN_SOURCES.get(entry["src"], "")})
-    return out
+    return _attributed(source_counts(row for path in paths for row in _corpus_rows(path)))
+
+
+def run_attributions(student: Path) -> list[dict[str, Any]] | None:
+    """The data attributions a ``tinyglot run`` recorded beside its student (``distill/summary.json``: the
+    sources of the pairs it trained on); None when there is no such record."""
+    try:
+        summary = json.loads((student.parent / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sources = summary.get("sources") if isinstance(summary, dict) else None
+    return _attributed(sources) if isinstance(sources, list) else None
 
 
 def check_licences(attributions: Sequence[dict], allowed: Iterable[str] = ()) -> None:
@@ -264,6 +280,29 @@ def _peers_rows(data: dict, source: str, student_spec: str | None, teacher_spec:
     return tests, speed
 
 
+def _run_columns(data: dict) -> dict[str, dict[str, dict[str, float]]]:
+    """Per test set, the columns of a ``tinyglot run`` evaluation (``RUN/eval/results.json``): the student is
+    its int8 ``onnx-text`` bundle (what a release ships), else its other bundle or the PyTorch student; the
+    teacher and USE-m are its ``teacher`` and ``peer use-m`` rows. The main test is named by its folder."""
+    def columns(models: list[dict]) -> dict[str, dict[str, float]]:
+        bundles = [m for m in models if m.get("kind") == "bundle"]
+        ours = ([m for m in bundles if str(m.get("name")).startswith("onnx-text")] or bundles
+                or [m for m in models if m.get("kind") == "student"])
+        picks = {"student": ours[0] if ours else None,
+                 "teacher": next((m for m in models if m.get("kind") == "teacher"), None),
+                 "use-m": next((m for m in models if m.get("name") == "peer use-m"), None)}
+        return {col: _eval_json_p1(m["result"], f"the {col} row") for col, m in picks.items()
+                if m is not None and isinstance(m.get("result"), dict)}
+
+    main = Path(str(data.get("testset", "test")).split(" (")[0]).name or "test"
+    tests = {main: columns(data.get("models", []))}
+    for block in data.get("extra", []):
+        tests[str(block["name"])] = columns(block.get("models", []))
+    if not all("student" in cols for cols in tests.values()):
+        raise TinyglotError("the run's results hold no student row", "pass RUN/eval/results.json of a finished run")
+    return tests
+
+
 def read_results(card: dict, base: Path, name: str, teacher_spec: str) -> tuple[dict[str, Any], list[dict]]:
     """``(results, speed rows)``: P@1 per language of the student, the teacher and USE-m per test set (percent),
     with the mean of each column over the languages all three have."""
@@ -285,6 +324,8 @@ def read_results(card: dict, base: Path, name: str, teacher_spec: str) -> tuple[
     speed: list[dict] = []
     if "rows" in value:
         columns, speed = _peers_rows(value, source, card.get("student_spec"), teacher_spec, name)
+    elif "models" in value and "testset" in value:
+        columns = _run_columns(value)
     else:
         columns = {}
         for test, block in value.items():
@@ -376,7 +417,7 @@ def quality_section(manifest: dict) -> str:
     teacher = results.get("teacher") or "teacher"
     if not results.get("tests"):
         return "No P@1 was recorded with this release (the card data named no results).\n"
-    out = [f"Bitext retrieval P@1 (%, mean of x→en and en→x) on the shared test sets, the student beside its "
+    out = [f"Bitext retrieval P@1 (%, mean of x→en and en→x) on each test set, the student beside its "
            f"teacher ({teacher}) and USE-m, from {results.get('source')}.", ""]
     described = manifest.get("test_sets") or {}
     for test, block in results["tests"].items():
@@ -444,9 +485,49 @@ def licences_text(manifest: dict) -> str:
     return "\n".join(out)
 
 
-def model_card(manifest: dict) -> str:
+def no_mediapipe_usage() -> str:
+    return """### Android, iOS and the browser
+
+This release holds no `tflite-mediapipe` bundle (with it the model would exceed the size limit of a release).
+`tinyglot export --model STUDENT --format tflite-mediapipe` makes one from the student that the training
+command below writes (`RUN/distill/student`); the Kotlin and browser code of a release that has one applies
+to it unchanged.
+"""
+
+
+def mediapipe_usage(name: str) -> str:
     from tinyglot.export.tflite_mediapipe import kotlin_snippet
 
+    return f"""### Android (Kotlin, MediaPipe TextEmbedder)
+
+Copy `tflite-mediapipe/model.tflite` into `app/src/main/assets/{name}.tflite`; add
+`implementation("com.google.mediapipe:tasks-text:0.10.21")` (0.10.15 or newer: older versions read the
+int8 file's embedding table wrongly):
+
+{kotlin_snippet(name + ".tflite", "Wo ist der Drucker?", "Where is the printer?")}
+
+The first embedding head (`sentence_embedding`) is the sentence embedding; the second (`token_ids`)
+only serves checks.
+
+### The browser (MediaPipe tasks-text)
+
+The demo in `examples/web` (`npm install` there, serve the repository root with any static server) opens
+this model with `examples/web/index.html?model=../../tinyglot/released/{name}/tflite-mediapipe/model.tflite`.
+In your own page:
+
+```js
+import {{ FilesetResolver, TextEmbedder }} from "@mediapipe/tasks-text";
+const fileset = await FilesetResolver.forTextTasks("node_modules/@mediapipe/tasks-text/wasm");
+const embedder = await TextEmbedder.createFromOptions(fileset,
+  {{ baseOptions: {{ modelAssetPath: "{name}/tflite-mediapipe/model.tflite" }} }});
+const a = embedder.embed("Wo ist der Drucker?").embeddings[0];
+const b = embedder.embed("Where is the printer?").embeddings[0];
+console.log(TextEmbedder.cosineSimilarity(a, b));
+```
+"""
+
+
+def model_card(manifest: dict) -> str:
     m = manifest
     name = m["name"]
     made = m["made"]
@@ -519,33 +600,7 @@ session = ort.InferenceSession("{name}/onnx-text/model.onnx", so, providers=["CP
 emb, ids = session.run(None, {{"text": np.array(["Wo ist der Drucker?", "Where is the printer?"], dtype=object)}})
 ```
 
-### Android (Kotlin, MediaPipe TextEmbedder)
-
-Copy `tflite-mediapipe/model.tflite` into `app/src/main/assets/{name}.tflite`; add
-`implementation("com.google.mediapipe:tasks-text:0.10.21")` (0.10.15 or newer: older versions read the
-int8 file's embedding table wrongly):
-
-{kotlin_snippet(name + ".tflite", "Wo ist der Drucker?", "Where is the printer?")}
-
-The first embedding head (`sentence_embedding`) is the sentence embedding; the second (`token_ids`)
-only serves checks.
-
-### The browser (MediaPipe tasks-text)
-
-The demo in `examples/web` (`npm install` there, serve the repository root with any static server) opens
-this model with `examples/web/index.html?model=../../tinyglot/released/{name}/tflite-mediapipe/model.tflite`.
-In your own page:
-
-```js
-import {{ FilesetResolver, TextEmbedder }} from "@mediapipe/tasks-text";
-const fileset = await FilesetResolver.forTextTasks("node_modules/@mediapipe/tasks-text/wasm");
-const embedder = await TextEmbedder.createFromOptions(fileset,
-  {{ baseOptions: {{ modelAssetPath: "{name}/tflite-mediapipe/model.tflite" }} }});
-const a = embedder.embed("Wo ist der Drucker?").embeddings[0];
-const b = embedder.embed("Where is the printer?").embeddings[0];
-console.log(TextEmbedder.cosineSimilarity(a, b));
-```
-
+{mediapipe_usage(name) if mp else no_mediapipe_usage()}
 ## How it was made
 
 {chr(10).join(training)}
@@ -633,12 +688,13 @@ def release_student(
                             "exports it itself")
     teacher = str(card.get("teacher") or info["teacher"] or "unknown")
     corpus_paths = [Path(p) for p in corpus] + [_path(p, base, "corpus") for p in card.get("corpus", [])]
-    attributions = corpus_attributions(corpus_paths) if corpus_paths else []
+    attributions = corpus_attributions(corpus_paths) if corpus_paths else (run_attributions(student) or [])
     for extra in card.get("attributions", []):
         if not isinstance(extra, dict) or not extra.get("src") or not extra.get("license"):
             raise TinyglotError(f"an attribution of the card data lacks src or license: {extra!r}")
         attributions.append({"src": extra["src"], "license": extra["license"], "rows": extra.get("rows", "–"),
-                             "languages": extra.get("languages"), "by": extra.get("by", "")})
+                             "languages": extra.get("languages"),
+                             "by": extra.get("by") or KNOWN_SOURCES.get(extra["src"], "")})
     check_licences(attributions, allowed_licences)
     results, bench_speed = read_results(card, base, name, str(card.get("teacher_spec") or "e5-small"))
     out = released_root(root) / name

@@ -682,6 +682,9 @@ SOURCES: tuple[Source, ...] = (
                                 "debian-reference-ja", "debian-reference-pt", "debian-reference-zh-cn"),
            "technical prose (a user's guide to Debian), paragraph-parallel", "GPL-2.0+",
            extract_html_parallel, r"^usr/share/debian-reference/[^/]+\.html$"),
+    # the one permissive translated book found in Debian (Expat, i.e. MIT): ja, ru, zh-cn, zh-tw (de: mostly English)
+    Source("debmake-doc", ("debmake-doc",), "technical prose (a guide for Debian maintainers), paragraph-parallel",
+           "MIT", extract_html_parallel, r"^usr/share/doc/debmake-doc/html/[^/]+\.html$"),
     *(Source(f"fortunes-{lang}", (package,), f"fortune cookies: {what}; monolingual", licence,
              extract_fortunes, r"^usr/share/games/fortunes/.+", lang=lang)
       for package, lang, what, licence in (

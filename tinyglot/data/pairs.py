@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 # Licences whose text a shipped model may be trained on (attribution kept in its model card): the
@@ -14,6 +16,21 @@ PERMISSIVE = ("MPL-2.0", "BSD-3-Clause", "BSD-2-Clause", "MIT", "Apache-2.0", "I
 
 def is_permissive(license: str) -> bool:
     return license in PERMISSIVE
+
+
+def source_counts(rows: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """Rows and languages per ``(src, license)`` of ``(src, license, lang)`` triples, largest first: what a
+    model was trained on, for its data attributions.  A general-domain row counts under its source's own
+    name (``general:fortunes-it`` -> ``fortunes-it``); a missing src or licence counts as ``unknown``."""
+    counts: dict[tuple[str, str], tuple[list[int], set[str]]] = {}
+    for src, lic, lang in rows:
+        src = src.removeprefix(GENERAL_SRC_PREFIX) or "unknown"
+        n, langs = counts.setdefault((src, lic or "unknown"), ([0], set()))
+        n[0] += 1
+        if lang:
+            langs.add(lang)
+    return [{"src": src, "license": lic, "rows": n[0], "languages": len(langs)}
+            for (src, lic), (n, langs) in sorted(counts.items(), key=lambda kv: (-kv[1][0][0], kv[0]))]
 
 
 # The ``src`` prefix of general-domain rows (the pipeline's ``data.general``), which

@@ -63,6 +63,13 @@ class RunContext:
                                                           d.general_max_per_lang, d.permissive_only)
         return self._pairs
 
+    def train_sources(self) -> list[dict[str, Any]]:
+        """Rows and languages per source and licence of the training pairs (the student's data
+        attributions: ``tinyglot release`` reads them from the distill summary)."""
+        from tinyglot.data.pairs import source_counts
+
+        return source_counts((p.src, p.license, p.lang) for p in self.train_pairs())
+
     def testset(self) -> dict:
         if self._testset is None:
             from tinyglot.data.embedded import load_testset

@@ -66,6 +66,10 @@ class DataSection:
     def extra_tests(self) -> list[tuple[str, str]]:
         """``data.tests`` as ``(name, path)``, ``auto`` resolved; a clear error for an item that is not
         NAME=PATH."""
+        return [(name, path) for name, path, _ in self.test_items()]
+
+    def test_items(self) -> list[tuple[str, str, bool]]:
+        """``data.tests`` as ``(name, path, auto)``: ``auto`` when the path was resolved from ``NAME=auto``."""
         from tinyglot.data.general import default_out, test_folder
 
         out = []
@@ -74,8 +78,9 @@ class DataSection:
             if not sep or not name or not path:
                 raise TinyglotError(f"data.tests item {item!r} is not NAME=PATH",
                                     "write e.g. --set data.tests=general=runs/general/general-test")
-            out.append((name, str(default_out() / test_folder(name)) if path == GENERAL_AUTO else path))
-        names = [n for n, _ in out]
+            auto = path == GENERAL_AUTO
+            out.append((name, str(default_out() / test_folder(name)) if auto else path, auto))
+        names = [n for n, _, _ in out]
         if len(set(names)) != len(names):
             raise TinyglotError(f"data.tests names a test set twice: {', '.join(names)}", "give each a new name")
         return out
@@ -85,15 +90,11 @@ class DataSection:
         error naming ``tinyglot data general``."""
         if self.general:
             general_path(self.general)
-        for item, (name, path) in zip(self.tests, self.extra_tests(), strict=True):
-            if _is_auto(item) and not Path(path).exists():
+        for name, path, auto in self.test_items():
+            if auto and not Path(path).exists():
                 raise TinyglotError(f"data.tests: no held-out test {name} at {path}",
                                     "build it once (a few minutes, from Debian and PyPI packages): "
                                     "tinyglot data general; or drop it from data.tests")
-
-
-def _is_auto(test_item: str) -> bool:
-    return test_item.partition("=")[2].strip() == GENERAL_AUTO
 
 
 @dataclass
@@ -251,8 +252,8 @@ class PipelineConfig:
         if self.data.general_max_per_lang < 0:
             raise TinyglotError("data.general_max_per_lang must be >= 0 (0 = all), got "
                                 f"{self.data.general_max_per_lang}")
-        for item, (name, path) in zip(self.data.tests, self.data.extra_tests(), strict=True):
-            if not _is_auto(item) and not Path(path).exists():  # auto: checked when a run starts
+        for name, path, auto in self.data.test_items():
+            if not auto and not Path(path).exists():  # auto: checked when a run starts
                 raise TinyglotError(f"data.tests: test set {name} not found: {path}",
                                     "check the path (a folder of LANG.tsv files), or drop it from data.tests")
         if not self.teacher.spec.strip():

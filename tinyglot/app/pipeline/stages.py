@@ -181,7 +181,8 @@ def run_distill(ctx: RunContext) -> StageOutput:
                "dim": cfg["dim"], "parameters": cfg["parameters"], "bytes": folder_bytes(result.student_dir / "model"),
                "trained_steps": result.steps, "best_dev_p1": result.best_dev_p1,
                "train_pairs": len(ctx.train_pairs()), "languages": cfg["languages"], "max_len": cfg["max_len"],
-               "settings": {"student": cfg["student"], "loss": cfg["loss"], "train": cfg["train"]}}
+               "settings": {"student": cfg["student"], "loss": cfg["loss"], "train": cfg["train"]},
+               "sources": ctx.train_sources()}
     atomic_write_json(out / "summary.json", summary)  # (no timings: its hash changes only with the student)
     return StageOutput([result.student_dir, out / "summary.json"],
                        {"resumed": resumed, "train_seconds": round(result.seconds, 1), "steps": result.steps})
@@ -235,7 +236,7 @@ def run_multistage_distill(ctx: RunContext) -> StageOutput:
                "languages": cfg["languages"], "max_len": cfg["max_len"],
                "stages": [{k: v for k, v in r.to_dict().items() if k not in ("output", "wall_seconds", "skipped")}
                           for r in results],
-               "settings": to_dict(ctx.cfg.student_preset())}
+               "settings": to_dict(ctx.cfg.student_preset()), "sources": ctx.train_sources()}
     atomic_write_json(out / "summary.json", summary)  # (no timings: its hash changes only with the student)
     return StageOutput([student, out / "summary.json"],
                        {"resumed": resumed, "train_seconds": round(sum(r.wall_seconds for r in results), 1),

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Rebuilds a released student from a fresh clone, as it was made: the general-domain text, the training
+# run, the release into tinyglot/released/NAME (replacing the shipped one; commit it to ship it).
+#   release/make.sh tinyglot-small        # 2 x 256, 24k vocabulary, onnx-text only (about 26 min on 2 cores)
+#   release/make.sh tinyglot-mini         # 2 x 128, 20k vocabulary, both bundles (about 13 min)
+# Needs ../shared/data (the shared corpus and tests) and the network to Debian and PyPI for the first
+# `tinyglot data general`; the e5 pass over the sentences adds about 10 min to the first run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=${1:?usage: release/make.sh tinyglot-small|tinyglot-mini}
+case $name in
+    tinyglot-small) out=runs/rel-small; student=(--set distill.vocab_size=24000); formats=onnx-text ;;
+    tinyglot-mini) out=runs/rel-mini; student=(--set distill.student=fast-mini --set distill.vocab_size=20000)
+                   formats=onnx-text,tflite-mediapipe ;;
+    *) echo "release/make.sh: no recipe for $name (tinyglot-small, tinyglot-mini)" >&2; exit 2 ;;
+esac
+home=${TINYGLOT_HOME:-$HOME/.cache/tinyglot}
+general=$home/general-permissive
+# the held-out tests (general-test: Wesnoth narrative; docs-test: The Debian Administrator's Handbook)
+[ -f "$home/general/SOURCES.json" ] || tinyglot data general --holdout ../shared/data/test
+# the training text: permissive sources only (mimesis left out: its sentences look copied, data/README.md)
+[ -f "$general/SOURCES.json" ] || tinyglot data general --out "$general" --permissive-only --skip mimesis \
+    --holdout ../shared/data/test
+tinyglot run --profile e5 --out "$out" "${student[@]}" \
+    --set data.train=../shared/data/train.jsonl.gz --set data.permissive_only=true \
+    --set data.general="$general/general-train.jsonl.gz" \
+    --set data.test=../shared/data/test/libreoffice --set data.test_pairs_per_lang=300 \
+    --set data.tests=pretix=../shared/data/test/pretix,general=auto,docs=auto \
+    --set distill.overrides.train.general_share=0.2
+tinyglot release --model "$out/distill/student" --name "$name" --card-data "release/$name.json" --formats "$formats"
