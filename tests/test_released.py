@@ -281,8 +281,8 @@ def test_release_end_to_end(trained_student, small_corpus, small_pairs, tmp_path
     # a release again replaces the folder as a whole (the folder is tinyglot's)
     again = release_student(trained_student, "tiny-test", card_path, formats=["onnx-text"], max_sentences=10)
     assert set(again["formats"]) == {"onnx-text"} and not (folder / "tflite-mediapipe").exists()
-    card = (folder / CARD).read_text(encoding="utf-8")  # no MediaPipe code for a file it does not hold
-    assert "holds no `tflite-mediapipe` bundle" in card and "TextEmbedder.createFromOptions" not in card
+    card_text = (folder / CARD).read_text(encoding="utf-8")  # no MediaPipe code for a file it does not hold
+    assert "holds no `tflite-mediapipe` bundle" in card_text and "TextEmbedder.createFromOptions" not in card_text
     check_released(folder)
     with pytest.raises(TinyglotError, match="no 'tflite-mediapipe' bundle"):
         tinyglot.load("tiny-test?format=tflite-mediapipe")
@@ -293,9 +293,11 @@ def test_release_end_to_end(trained_student, small_corpus, small_pairs, tmp_path
         release_student(trained_student, "tiny-test", card_path, formats=["onnx-text"], max_sentences=10,
                         max_bytes=100_000)
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    said: list[str] = []  # and without any record of its training data it says that their licences went unchecked
     with pytest.raises(TinyglotError, match="more than"):
-        release_student(trained_student, "too-big", card_path, formats=["onnx-text"], max_sentences=10,
-                        max_bytes=100_000)
+        release_student(trained_student, "too-big", {k: v for k, v in card.items() if k != "corpus"},
+                        formats=["onnx-text"], max_sentences=10, max_bytes=100_000, say=said.append)
+    assert any("no record of the training data" in line for line in said)
     assert not (root / "too-big").exists() and released_names() == ["tiny-test"]
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no staging folder left
 

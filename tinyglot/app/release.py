@@ -695,6 +695,9 @@ def release_student(
         attributions.append({"src": extra["src"], "license": extra["license"], "rows": extra.get("rows", "–"),
                              "languages": extra.get("languages"),
                              "by": extra.get("by") or KNOWN_SOURCES.get(extra["src"], "")})
+    if not attributions:
+        say("no record of the training data (no --corpus, no card attributions, no tinyglot run summary beside "
+            "the student): its licences are not checked and LICENSES.md lists no data source")
     check_licences(attributions, allowed_licences)
     results, bench_speed = read_results(card, base, name, str(card.get("teacher_spec") or "e5-small"))
     out = released_root(root) / name
