@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,15 +23,15 @@ def source_counts(rows: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
     """Rows and languages per ``(src, license)`` of ``(src, license, lang)`` triples, largest first: what a
     model was trained on, for its data attributions.  A general-domain row counts under its source's own
     name (``general:fortunes-it`` -> ``fortunes-it``); a missing src or licence counts as ``unknown``."""
-    counts: dict[tuple[str, str], tuple[list[int], set[str]]] = {}
+    rows_by: Counter[tuple[str, str]] = Counter()
+    langs_by: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
     for src, lic, lang in rows:
-        src = src.removeprefix(GENERAL_SRC_PREFIX) or "unknown"
-        n, langs = counts.setdefault((src, lic or "unknown"), ([0], set()))
-        n[0] += 1
+        key = (src.removeprefix(GENERAL_SRC_PREFIX) or "unknown", lic or "unknown")
+        rows_by[key] += 1
         if lang:
-            langs.add(lang)
-    return [{"src": src, "license": lic, "rows": n[0], "languages": len(langs)}
-            for (src, lic), (n, langs) in sorted(counts.items(), key=lambda kv: (-kv[1][0][0], kv[0]))]
+            langs_by[key].add(lang)
+    return [{"src": src, "license": lic, "rows": n, "languages": len(langs_by[(src, lic)])}
+            for (src, lic), n in sorted(rows_by.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 # The ``src`` prefix of general-domain rows (the pipeline's ``data.general``), which
