@@ -29,7 +29,8 @@ from tinyglot.errors import TinyglotError
 # The keywords every exporter takes (the parity check and its console); the format-specific ones are a
 # record's ``options``.
 COMMON_KWARGS = ("threads", "max_sentences", "testset", "gates", "parity_gate", "say")
-QUANTIZE = ("none", "dynamic", "avx2", "avx512-vnni", "arm64", "static", "fp16")  # ONNX's, the widest list
+# ONNX's, the widest list
+QUANTIZE = ("none", "dynamic", "dynamic-int4-embeddings", "avx2", "avx512-vnni", "arm64", "static", "fp16")
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ for _fmt in (
     BundleFormat("onnx", "tinyglot.export.onnx:export_onnx", QUANTIZE, "tinyglot.export.onnx:load_onnx_bundle",
                  "onnx", ("optimize", "module_factory", "opset"),
                  summary="onnxruntime",
-                 quantize_help="none (fp32); dynamic int8 (per-tensor); avx2 / avx512-vnni / arm64 (dynamic int8 "
+                 quantize_help="none (fp32); dynamic int8 (per-tensor); dynamic-int4-embeddings (dynamic int8, "
+                               "the token table as 4-bit blocks); avx2 / avx512-vnni / arm64 (dynamic int8 "
                                "presets per CPU); static int8 calibrated on the embedded corpus; fp16"),
     BundleFormat("tflite", "tinyglot.export.tflite:export_tflite", ("none", "dynamic", "fp16"),
                  "tinyglot.export.tflite:load_tflite_bundle", "tflite",
@@ -89,10 +91,11 @@ for _fmt in (
                  ("extra_config", "graph_tokenizer", "pooling"),
                  summary="TF SavedModel taking raw strings, loads with tensorflow_hub.KerasLayer",
                  quantize_help="none"),
-    BundleFormat("onnx-text", "tinyglot.export.onnx_text:export_onnx_text", ("none", "dynamic"),
+    BundleFormat("onnx-text", "tinyglot.export.onnx_text:export_onnx_text",
+                 ("none", "dynamic", "dynamic-int4-embeddings"),
                  "tinyglot.export.onnx_text:load_onnx_text_bundle", "onnx-text", ("standalone", "card"), True,
                  summary="raw strings in: SentencePiece inside the graph, onnxruntime + onnxruntime-extensions",
-                 quantize_help="none, dynamic (int8 encoder)"),
+                 quantize_help="none, dynamic (int8 encoder), dynamic-int4-embeddings (and a 4-bit token table)"),
     BundleFormat("tflite-mediapipe", "tinyglot.export.tflite_mediapipe:export_tflite_mediapipe", ("none", "dynamic"),
                  "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle", "mediapipe",
                  ("standalone", "card", "input_shape"), True,

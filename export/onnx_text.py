@@ -58,7 +58,7 @@ INPUT_NAME = "text"
 OUTPUT_NAME = "sentence_embedding"
 IDS_NAME = "input_ids"
 MASK_NAME = "attention_mask"
-MODES = ("none", "dynamic")
+MODES = ("none", "dynamic", "dynamic-int4-embeddings")
 CONTRIB_DOMAIN = "ai.onnx.contrib"
 MAX_P1_DROP = 0.3  # a string-in bundle may cost at most 0.3 P@1 points against the token-id path
 
@@ -269,10 +269,11 @@ class OnnxTextConverter(StringBundleConverter):
         say(f"exporting {source.path} ({source.config.get('kind')}) to a string-in ONNX graph (opset {OPSET})")
         raw = export_module(embedding_module_class()(source.model), work / "raw.onnx", source.tokenizer.vocab_size,
                             source.max_len, OPSET)
-        self.applied = optimize_graph(raw, work / "opt.onnx", "transformers", heads, hidden)
+        self.applied = optimize_graph(raw, work / "opt.onnx", "transformers", heads, hidden,
+                                      embed_layer_norm=self.qcfg.embedding_bits == 8)
         fp32_bytes = (work / "opt.onnx").stat().st_size
         if self.qcfg.mode != "none":
-            say("quantizing the encoder part: dynamic int8")
+            say(f"quantizing the encoder part: {self.qcfg.label}")
         enc = quantize_graph(work / "opt.onnx", work / "enc.onnx", self.qcfg, tokenizer=source.tokenizer,
                              max_len=source.max_len, workdir=work)
         stats = verify_quantized(enc, fp32_bytes, self.qcfg.mode)
@@ -340,9 +341,12 @@ def export_onnx_text(
 def model_card(cfg: dict, report: ParityReport | None = None) -> str:
     """README.md of an onnx-text bundle: what the file does and the minimal code to use it."""
     name = cfg["files"][0]
-    q = cfg.get("quantization", {}).get("mode", "none")
+    quantization = cfg.get("quantization", {})
+    q = quantization.get("mode", "none")
+    precision = "fp32" if q != "dynamic" else \
+        "int8, 4-bit token table" if quantization.get("embedding_bits") == 4 else "int8"
     parity = parity_paragraph(report)
-    return f"""# tinyglot sentence encoder: ONNX, raw strings in ({'int8' if q == 'dynamic' else 'fp32'})
+    return f"""# tinyglot sentence encoder: ONNX, raw strings in ({precision})
 
 `{name}` takes a batch of raw strings and returns L2-normalised sentence embeddings
 (dimension {cfg['dim']}). The SentencePiece tokenizer (`tokenizer.model`, embedded in the graph as the

@@ -584,3 +584,49 @@ def test_new_permissive_sources_build_and_record_their_licence(tmp_path, cache):
     assert all(r["en"] == r["x"] and r["lang"] == "de" for r in rows)
     declared = {s["name"]: s["downloads"][0]["declared_license"] for s in record["sources"]}  # type: ignore[index]
     assert declared["mimesis"] == declared["spacy-examples"] == "MIT"
+
+
+def cldr_xml(lang: str, names: dict[str, str]) -> bytes:
+    rows = "".join(f'<annotation cp="{cp}">kw | {name}</annotation><annotation cp="{cp}" type="tts">{name}</annotation>'
+                   for cp, name in names.items())
+    return (f'<?xml version="1.0" encoding="UTF-8" ?><ldml><identity><language type="{lang}"/></identity>'
+            f"<annotations>{rows}</annotations></ldml>").encode()
+
+
+CLDR = {
+    "en": {"🐕": "dog", "🏰": "castle", "⚔": "crossed swords", "🌧": "cloud with rain", "#️⃣": "keycap: #"},
+    "de": {"🐕": "Hund", "🏰": "Schloss", "⚔": "gekreuzte Schwerter", "🌧": "Wolke mit Regen", "#️⃣": "Taste: #"},
+    "de_CH": {"🏰": "↑↑↑"},  # CLDR's "inherited from the parent locale"
+    "ja": {"🐕": "犬", "⚔": "交差した剣", "🐈": "猫"},  # a code point English does not name is skipped
+}
+
+
+def test_cldr_annotations_pair_names_by_code_point_and_keep_short_phrases(tmp_path, cache):
+    files = {f"usr/share/unicode/cldr/common/annotations/{lang}.xml": cldr_xml(lang.split("_")[0], names)
+             for lang, names in CLDR.items()}
+    files["usr/share/unicode/cldr/common/annotations/broken.xml"] = b"<ldml"
+    source = next(s for s in bg.SOURCES if s.name == "cldr-annotations")
+    got = set(bg.extract_cldr_annotations(files, source))
+    assert got == {bg.Pair("de", "dog", "Hund"), bg.Pair("de", "castle", "Schloss"),
+                   bg.Pair("de", "crossed swords", "gekreuzte Schwerter"),
+                   bg.Pair("de", "cloud with rain", "Wolke mit Regen"), bg.Pair("de", "keycap: #", "Taste: #"),
+                   bg.Pair("ja", "dog", "犬"), bg.Pair("ja", "crossed swords", "交差した剣")}
+    assert source.permissive and source.min_words == 1 and not source.end_punct
+    package = {**files, "usr/share/doc/unicode-cldr-core/copyright": b"Files: *\nLicense: Unicode-DFS-2016\n"}
+    (cache / "debian" / "unicode-cldr-core_41-0.1_all.deb").write_bytes(deb_bytes(package))
+    out = tmp_path / "out"
+    record = run(out, cache, sources=(*sources(), source), permissive_only=True)
+    cldr = {(r["lang"], r["en"], r["x"]) for r in train_rows(out) if r["src"] == "cldr-annotations"}
+    # one-word names pass this source's word limit (the build's is 3), the placeholder "#" is still dropped
+    assert cldr == {("de", "dog", "Hund"), ("de", "castle", "Schloss"), ("de", "crossed swords", "gekreuzte Schwerter"),
+                    ("de", "cloud with rain", "Wolke mit Regen"), ("ja", "dog", "犬"),
+                    ("ja", "crossed swords", "交差した剣")}
+    assert {r["license"] for r in train_rows(out) if r["src"] == "cldr-annotations"} == {"Unicode-DFS-2016"}
+    declared = {s["name"]: s["downloads"][0]["declared_license"] for s in record["sources"]}  # type: ignore[index]
+    assert declared["cldr-annotations"] == "Unicode-DFS-2016"
+    everything = tmp_path / "everything"
+    run(everything, cache, sources=(source, *sources()))
+    rows = train_rows(everything)
+    assert {(r["lang"], r["en"], r["x"]) for r in rows if r["src"] == "cldr-annotations"} == cldr
+    assert any(r["src"] == "fortunes-de" for r in rows)
+    assert not any(r["x"] == "Kurz." for r in rows)  # the sources after it keep the build's word limit

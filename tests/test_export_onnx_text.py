@@ -180,3 +180,21 @@ def test_tensorflow_imported_first_is_a_clear_error_not_a_crash(fp32_bundle):
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "already imported TensorFlow" in proc.stdout
+
+
+def test_int4_token_table_bundle_passes_the_same_gates(student_dir, fp32_bundle, tmp_path):
+    from tinyglot.export.quantize import graph_stats
+
+    got = export_onnx_text(student_dir, tmp_path / "text-int4", "dynamic-int4-embeddings", max_sentences=N)
+    assert got.parity.passed, got.parity.failures
+    sa = got.parity.standalone  # a process with onnxruntime + onnxruntime-extensions only
+    assert sa.n_ids_equal == sa.n_sentences and sa.mean_cosine >= 0.99 and sa.p1_drop <= 0.3
+    stats = graph_stats(got.out / "model.onnx")
+    assert stats["ops"]["GatherBlockQuantized"] == 1 and stats["ops"]["SentencepieceTokenizer"] == 1
+    assert "EmbedLayerNormalization" not in stats["ops"] and stats["weights"]["int4"] > 0
+    cfg = json.loads((got.out / "config.json").read_text())
+    assert cfg["quantization"]["name"] == "dynamic-int4-embeddings" and cfg["quantization"]["embedding_bits"] == 4
+    assert "int8, 4-bit token table" in (got.out / "README.md").read_text()
+    enc = tinyglot.load(got.out)
+    ref = tinyglot.load(fp32_bundle.out).encode(SENTENCES[:4])
+    assert np.min(np.sum(enc.encode(SENTENCES[:4]) * ref, axis=1)) > 0.98

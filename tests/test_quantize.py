@@ -98,3 +98,46 @@ def test_optimize_and_quantize_a_student_graph(raw_graph, tmp_path):
     assert cos.min() > 0.98
     with pytest.raises(TinyglotError, match="not really quantized"):
         verify_quantized(fused, fused.stat().st_size, "dynamic")
+
+
+def test_int4_token_table_keeps_the_other_tables_and_the_opset(raw_graph, tmp_path):
+    import onnx
+
+    ids = np.random.default_rng(1).integers(5, 1000, (3, 11)).astype(np.int64)
+    want = _run(raw_graph, ids)
+    unfused = tmp_path / "unfused.onnx"
+    assert optimize_graph(raw_graph, unfused, "transformers", 2, 32, embed_layer_norm=False) == "transformers"
+    ops = graph_stats(unfused)["ops"]
+    assert ops.get("Attention", 0) == 2 and "EmbedLayerNormalization" not in ops and ops["Gather"] >= 3
+
+    qcfg = QuantizationConfig.from_name("dynamic-int4-embeddings")
+    assert (qcfg.mode, qcfg.embedding_bits, qcfg.label) == ("dynamic", 4, "dynamic-int4-embeddings")
+    assert qcfg.to_dict()["embedding_block_size"] == 128 and "embedding_block_size" not in \
+        QuantizationConfig.dynamic().to_dict()
+    q4, q8 = tmp_path / "q4.onnx", tmp_path / "q8.onnx"
+    quantize_graph(unfused, q4, qcfg)
+    quantize_graph(unfused, q8, QuantizationConfig.dynamic())
+    model = onnx.load(str(q4))
+    table = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
+    assert len(table) == 1 and "word_embeddings" in table[0].input[0]  # only the token table
+    attrs = {a.name: a.i for a in table[0].attribute}
+    assert attrs["block_size"] == 32 and attrs["quantize_axis"] == 1  # clipped to the row width (hidden 32)
+    stats = verify_quantized(q4, unfused.stat().st_size, "dynamic")
+    vocab = next(int(i.dims[0]) for i in model.graph.initializer if i.name == table[0].input[0])
+    assert stats["weights"]["int4"] == vocab * 32 and stats["int8_ops"] > 1
+    assert {o.domain: o.version for o in model.opset_import}[""] == \
+        {o.domain: o.version for o in onnx.load(str(unfused)).opset_import}[""]
+    assert q4.stat().st_size < q8.stat().st_size
+    got, ref = _run(q4, ids), _run(q8, ids)
+    for out in (got, ref):
+        cos = (out * want).sum(1) / np.linalg.norm(out, axis=1) / np.linalg.norm(want, axis=1)
+        assert cos.min() > 0.98
+
+    fused = tmp_path / "fused.onnx"
+    optimize_graph(raw_graph, fused, "transformers", 2, 32)
+    with pytest.raises(TinyglotError, match="0 Gathers read a word_embeddings table"):
+        quantize_graph(fused, tmp_path / "no.onnx", qcfg)
+    bad = QuantizationConfig.static(["a b"])
+    bad.embedding_bits = 4
+    with pytest.raises(TinyglotError, match="4-bit embeddings go with dynamic"):
+        bad.validate()

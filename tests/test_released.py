@@ -163,14 +163,17 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     assert subprocess.run(["bash", "-n", str(repo / "release" / "make.sh")]).returncode == 0
     case = script.split(f"\n    {name})", 1)
     assert len(case) == 2, f"release/make.sh has no recipe for {name}"
-    formats = case[1].split("formats=", 1)[1].split()[0].rstrip(";")
+    recipe = case[1].split(";;", 1)[0]
+    formats = recipe.split("formats=", 1)[1].split()[0].rstrip(";")
+    quantize = recipe.split("quantize=", 1)[1].split()[0].rstrip(";") if "quantize=" in recipe else "dynamic"
     manifest = json.loads((PACKAGE_ROOT / name / MANIFEST).read_text(encoding="utf-8"))
     assert set(formats.split(",")) == set(manifest["formats"])
+    assert manifest["made"]["quantization"] == quantize
     card, _ = read_card_data(repo / "release" / f"{name}.json")
     assert card["training"]["command"].startswith(f"release/make.sh {name}")
-    assert manifest["made"]["release_command"].endswith(f"--card-data release/{name}.json --formats {formats}") or (
-        formats == "onnx-text,tflite-mediapipe"
-        and manifest["made"]["release_command"].endswith(f"--card-data release/{name}.json"))
+    command = manifest["made"]["release_command"].removesuffix(f" --quantize {quantize}")
+    assert command.endswith(f"--card-data release/{name}.json --formats {formats}") or (
+        formats == "onnx-text,tflite-mediapipe" and command.endswith(f"--card-data release/{name}.json"))
 
 
 # ====================================================================== the release, end to end
@@ -279,11 +282,20 @@ def test_release_end_to_end(trained_student, small_corpus, small_pairs, tmp_path
     assert "tiny-test" in capsys.readouterr().out
 
     # a release again replaces the folder as a whole (the folder is tinyglot's)
-    again = release_student(trained_student, "tiny-test", card_path, formats=["onnx-text"], max_sentences=10)
+    # (and its token table in 4-bit blocks: the same gates, recorded in the manifest and the card)
+    assert manifest["made"]["quantization"] == "dynamic"
+    assert {b["quantization"] for b in manifest["formats"].values()} == {"dynamic"}
+    again = release_student(trained_student, "tiny-test", card_path, formats=["onnx-text"], max_sentences=10,
+                            quantize="dynamic-int4-embeddings")
     assert set(again["formats"]) == {"onnx-text"} and not (folder / "tflite-mediapipe").exists()
+    assert again["made"]["quantization"] == again["formats"]["onnx-text"]["quantization"] == "dynamic-int4-embeddings"
+    assert again["formats"]["onnx-text"]["model_file_bytes"] < manifest["formats"]["onnx-text"]["model_file_bytes"]
     card_text = (folder / CARD).read_text(encoding="utf-8")  # no MediaPipe code for a file it does not hold
     assert "holds no `tflite-mediapipe` bundle" in card_text and "TextEmbedder.createFromOptions" not in card_text
+    assert "int8, the ONNX token table in 4-bit blocks" in card_text
     check_released(folder)
+    with pytest.raises(TinyglotError, match="not 'static'"):
+        release_student(trained_student, "tiny-test", card_path, quantize="static")
     with pytest.raises(TinyglotError, match="no 'tflite-mediapipe' bundle"):
         tinyglot.load("tiny-test?format=tflite-mediapipe")
 

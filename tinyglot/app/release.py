@@ -65,13 +65,10 @@ from tinyglot.released import (
     released_root,
 )
 
-try:  # the licences a shipped model may be trained on, where the data layer defines them
-    from tinyglot.data.pairs import PERMISSIVE
-except ImportError:  # pragma: no cover - an older data layer
-    PERMISSIVE = ("MPL-2.0", "BSD-3-Clause", "BSD-2-Clause", "MIT", "Apache-2.0", "ISC", "PSF-2.0", "CC0-1.0",
-                  "CC-BY-4.0", "CC-BY-3.0", "CC-BY-2.0", "public-domain", "Unicode-3.0")
+from tinyglot.data.pairs import PERMISSIVE  # the licences a shipped model may be trained on
 
 QUANTIZATION = "dynamic"  # int8: what a released bundle is
+QUANTIZATIONS = (QUANTIZATION, "dynamic-int4-embeddings")  # the second for the ONNX bundles; others stay int8
 COLUMNS = ("student", "teacher", "use-m")  # the P@1 columns of a release, per language and test set
 # The sentences whose embeddings a release records (first RECORDED_DIMS values of each row, and the cosines
 # between them): the guard that a runtime or a file still computes what was released.
@@ -120,6 +117,7 @@ KNOWN_SOURCES = {
     # the permissive sources of `tinyglot data general` (data/README.md), from their packages' copyright files
     "debmake-doc": "Osamu Aoki, Stéphane Blondon and the debmake-doc translators",
     "fortunes-it": "the fortune-it collection (fortune-it.net): quotations credited in each entry",
+    "cldr-annotations": "Unicode, Inc. (the Unicode Common Locale Data Repository)",
     "chatterbot": "Gunther Cox and the chatterbot-corpus contributors",
     "spacy-examples": "ExplosionAI GmbH, spaCy GmbH and Matthew Honnibal",
 }
@@ -554,10 +552,12 @@ def model_card(manifest: dict) -> str:
     langs = m["languages"]
     mp = "tflite-mediapipe" in formats
     teacher = m["licences"]["teacher"]
+    precision = ("int8, the ONNX token table in 4-bit blocks" if made.get("quantization") == "dynamic-int4-embeddings"
+                 else "int8")
     return f"""# {name}: {m['description']}
 
 A released tinyglot student: {m['dim']}-dimensional sentence embeddings for {len(langs)} languages
-({', '.join(langs)}), int8, {_mb(m['bytes'])} in all. Bundles that stock runtimes open, each taking raw
+({', '.join(langs)}), {precision}, {_mb(m['bytes'])} in all. Bundles that stock runtimes open, each taking raw
 strings (the SentencePiece tokenizer is inside): {sizes}.
 
 - `onnx-text/model.onnx`: onnxruntime + onnxruntime-extensions (Python, C++, Java, C#, mobile)
@@ -605,7 +605,7 @@ emb, ids = session.run(None, {{"text": np.array(["Wo ist der Drucker?", "Where i
 
 {chr(10).join(training)}
 
-Parity of each int8 bundle with the PyTorch student (the export's gates, all passed):
+Parity of each quantized bundle with the PyTorch student (the export's gates, all passed):
 
 {parity}
 
@@ -668,13 +668,18 @@ def release_student(
     max_bytes: int = MAX_RELEASE_BYTES,
     testset: Any = None,
     max_sentences: int = 100,
+    quantize: str = QUANTIZATION,
     command: str | None = None,
     say: Callable[[str], None] = lambda msg: None,
 ) -> dict[str, Any]:
     """Release the student at ``student`` as ``root/NAME`` (default root: the package's
-    ``tinyglot/released``); returns the manifest.  See the module docstring."""
+    ``tinyglot/released``); returns the manifest.  See the module docstring.  ``quantize``: the
+    bundles' quantization, one of :data:`QUANTIZATIONS` (``dynamic-int4-embeddings``: the ONNX
+    bundles' token table as 4-bit blocks; a format without it takes ``dynamic``)."""
     from tinyglot.export.formats import get_format
 
+    if quantize not in QUANTIZATIONS:
+        raise TinyglotError(f"a release is quantized {' or '.join(QUANTIZATIONS)}, not {quantize!r}")
     name = check_name(name)
     student = Path(student)
     formats = list(dict.fromkeys(formats))
@@ -705,7 +710,7 @@ def release_student(
     with _staged(out, "tinyglot release") as stage:
         manifest = _build(student, name, stage, formats, card, info, teacher, attributions, results, bench_speed,
                           max_bytes, testset, max_sentences, command or _release_command(student, name, card_data, []),
-                          say, get_format)
+                          say, get_format, quantize)
     from tinyglot.released import verify
 
     verify(out)
@@ -749,15 +754,18 @@ def _loaded(bundle: Path) -> Iterator[Any]:
 
 def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict, info: dict, teacher: str,
            attributions: list[dict], results: dict, bench_speed: list[dict], max_bytes: int, testset: Any,
-           max_sentences: int, command: str, say: Callable[[str], None], get_format: Callable) -> dict[str, Any]:
+           max_sentences: int, command: str, say: Callable[[str], None], get_format: Callable,
+           quantize: str = QUANTIZATION) -> dict[str, Any]:
     import tinyglot
     from tinyglot.io import atomic_write_text, folder_bytes
 
     bundles: dict[str, dict[str, Any]] = {}
     for fmt in formats:
-        say(f"exporting {fmt} ({QUANTIZATION} int8) with its parity gates")
-        result = get_format(fmt).export(student, stage / fmt, QUANTIZATION, threads=1, max_sentences=max_sentences,
-                                        testset=testset, parity_gate=True, say=say)
+        bundle_format = get_format(fmt)
+        q = quantize if quantize in bundle_format.quantizations else QUANTIZATION
+        say(f"exporting {fmt} ({q}) with its parity gates")
+        result = bundle_format.export(student, stage / fmt, q, threads=1, max_sentences=max_sentences,
+                                      testset=testset, parity_gate=True, say=say)
         bundles[fmt] = {"config": result.config, "parity": result.config.get("parity", {})}
         _strip_records(stage)
         used = folder_bytes(stage)
@@ -806,7 +814,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
             "tinyglot": tinyglot.__version__,
             "date": datetime.date.today().isoformat(),
             "runtimes": _runtime_versions(),
-            "quantization": QUANTIZATION,
+            "quantization": quantize,
         },
         "recorded": {"sentences": list(RECORDED_SENTENCES), "dims": RECORDED_DIMS, "int8_kernels": _int8_kernels(),
                      "tolerance": dict(TOLERANCE), "formats": recorded},
@@ -819,7 +827,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         manifest["formats"][fmt] = {"folder": fmt, "bytes": sum(p.stat().st_size for p in files),
                                     "model_file": f"{fmt}/{bundle['config']['files'][0]}",
                                     "model_file_bytes": model_file.stat().st_size,
-                                    "quantization": bundle["config"].get("quantization", {}).get("mode"),
+                                    "quantization": _quantization_label(bundle["config"]),
                                     "parity": bundle["parity"]}
     atomic_write_text(stage / LICENSES, licences_text(manifest))
     write_card_and_manifest(stage, manifest)
@@ -827,6 +835,12 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
     if used > max_bytes:
         raise too_big(name, stage, used, max_bytes)
     return manifest
+
+
+def _quantization_label(cfg: dict) -> str | None:
+    """A bundle's quantization as its config records it: the preset's name, else the mode."""
+    quantization = cfg.get("quantization", {})
+    return quantization.get("name") or quantization.get("mode")
 
 
 def refresh_release(name: str, *, root: str | os.PathLike[str] | None = None,

@@ -31,10 +31,11 @@ import unicodedata
 import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote
+from xml.etree import ElementTree
 
 from tinyglot.config import tinyglot_home
 from tinyglot.data.pairs import is_permissive
@@ -84,6 +85,7 @@ class Source:
     role: str = "train"  # "train" | "test"
     test: str = "general"  # a test source: the held-out test it feeds (``OUT/{test}-test/``)
     end_punct: bool = True  # pairs: keep only English that ends like a sentence
+    min_words: int = 0  # a lower word limit than the build's (0: the build's), for sources of short phrases
 
     @property
     def permissive(self) -> bool:
@@ -343,6 +345,31 @@ def extract_spacy_examples(files: Files, source: Source) -> Iterator[Pair | Mono
                 for item in node.value.elts:
                     if isinstance(item, ast.Constant) and isinstance(item.value, str):
                         yield Mono(parts[-2], item.value)
+
+
+_INHERITED = "\u2191\u2191\u2191"  # CLDR's "↑↑↑": the value of the parent locale
+
+
+def extract_cldr_annotations(files: Files, source: Source) -> Iterator[Pair | Mono]:
+    """CLDR ``common/annotations/LOCALE.xml``: the short name (``type="tts"``) of each emoji and symbol
+    beside its English name (``en.xml``), paired by code point: everyday words and phrases (animals,
+    food, people, places, objects, activities, weather) in every CLDR language."""
+    names: dict[str, dict[str, str]] = {}
+    for path in sorted(files):
+        if not path.endswith(".xml"):
+            continue
+        try:
+            root = ElementTree.fromstring(files[path])
+        except ElementTree.ParseError:
+            continue
+        names[path.rsplit("/", 1)[-1][: -len(".xml")]] = {
+            a.get("cp", ""): " ".join((a.text or "").split()) for a in root.iter("annotation")
+            if a.get("type") == "tts" and a.text and _INHERITED not in a.text}
+    english = names.pop("en", {})
+    for locale, table in names.items():
+        for cp, x in table.items():
+            if cp in english:
+                yield Pair(locale, english[cp], x)
 
 
 # ------------------------------------------------------------------------------------------- cleaning
@@ -677,6 +704,11 @@ SOURCES: tuple[Source, ...] = (
            "CC-BY-SA-3.0+", extract_catalogs, r"/languages/[^/]+\.po$"),
     Source("supertux", ("supertux-data",), "platform game: story, level intro texts", "GPL-2.0+ OR CC-BY-SA-3.0",
            extract_catalogs, r"^usr/share/games/supertux2/levels/.*\.po$"),
+    Source("freedroidrpg", ("freedroidrpg-data",),
+           "science-fiction role-playing game: NPC dialogue, quest and item texts", "GPL-2.0+",
+           extract_catalogs, r"/LC_MESSAGES/freedroidrpg(-dialogs|-data)?\.mo$"),
+    Source("naev", ("naev-data",), "space trading and combat game: mission story and dialogue, ship and outfit "
+           "descriptions", "GPL-3.0+", extract_catalogs, r"/LC_MESSAGES/naev\.mo$"),
     Source("debian-reference", ("debian-reference-en", "debian-reference-de", "debian-reference-es",
                                 "debian-reference-fr", "debian-reference-id", "debian-reference-it",
                                 "debian-reference-ja", "debian-reference-pt", "debian-reference-zh-cn"),
@@ -701,6 +733,10 @@ SOURCES: tuple[Source, ...] = (
           ("fortunes-eo", "eo", "Esperanto proverbs", "GPL"),
           ("fortunes-zh", "zh", "Chinese sayings, Tang and Song poems", "GPL-3.0+"),
       )),
+    Source("cldr-annotations", ("unicode-cldr-core",),
+           "names of emoji and symbols: everyday words and short phrases, parallel in every CLDR language",
+           "Unicode-DFS-2016", extract_cldr_annotations, r"^usr/share/unicode/cldr/common/annotations/[^/]+\.xml$",
+           end_punct=False, min_words=1),
     Source("chatterbot", ("chatterbot-corpus==1.3.3",), "conversational lines (greetings, small talk, trivia)",
            "BSD-3-Clause", extract_chatterbot, r"^chatterbot_corpus/data/[^/]+/[^/]+\.yml$",
            registry="pypi", end_punct=False),
@@ -748,6 +784,8 @@ def collect(source: Source, cache: Path, offline: bool, limits: Limits, language
         downloads.append(Download(name, version, path.name, sha256_file(path), declared))
     pairs: dict[tuple[str, str, str], str] = {}
     mono: set[tuple[str, str]] = set()
+    if source.min_words:
+        limits = replace(limits, min_words=source.min_words)
     for item in source.extract(files, source):
         lang = canonical(item.locale)
         if lang is None or (languages is not None and lang not in languages):

@@ -12,7 +12,8 @@ from typing import Any
 # permissive rows of the shared corpus and of the general-domain text; copyleft rows (GPL, AGPL,
 # LGPL, CC-BY-SA) train benchmarks and local students only.
 PERMISSIVE = ("MPL-2.0", "BSD-3-Clause", "BSD-2-Clause", "MIT", "Apache-2.0", "ISC", "PSF-2.0", "CC0-1.0",
-              "CC-BY-4.0", "CC-BY-3.0", "CC-BY-2.0", "public-domain", "Unicode-3.0")
+              "CC-BY-4.0", "CC-BY-3.0", "CC-BY-2.0", "public-domain", "Unicode-3.0",
+              "Unicode-DFS-2016")
 
 
 def is_permissive(license: str) -> bool:

@@ -26,6 +26,8 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--formats", args.formats]
     if args.max_sentences != 100:
         parts += ["--max-sentences", str(args.max_sentences)]
+    if args.quantize != "dynamic":
+        parts += ["--quantize", args.quantize]
     return shlex.join(parts)
 
 
@@ -69,7 +71,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     manifest = release_student(args.model, args.name, args.card_data, root=args.root, corpus=args.corpus,
                                formats=[f.strip() for f in args.formats.split(",") if f.strip()],
                                allowed_licences=args.allow_licence, max_sentences=args.max_sentences,
-                               command=_command(args), say=say)
+                               quantize=args.quantize, command=_command(args), say=say)
     from tinyglot.released import CARD, released_root
 
     console.print(escape(f"load it with tinyglot.load({manifest['name']!r}); its card: "
@@ -102,6 +104,9 @@ def register(sub) -> None:
     p.add_argument("--formats", default=",".join(_formats()), help="the bundles of the release, comma-separated")
     p.add_argument("--max-sentences", type=int, default=100,
                    help="test pairs per language for the parity gates of each bundle")
+    p.add_argument("--quantize", choices=("dynamic", "dynamic-int4-embeddings"), default="dynamic",
+                   help="dynamic: int8 weights; dynamic-int4-embeddings: the ONNX bundles' token table as 4-bit "
+                        "blocks as well (about half the bytes of a large vocabulary; tflite-mediapipe stays int8)")
     p.add_argument("--root", type=Path, default=None,
                    help=f"folder of the released models (default: tinyglot's package folder tinyglot/released, "
                         f"or ${ROOT_ENV})")
