@@ -80,6 +80,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
+    from tinyglot.app.release import QUANTIZATIONS
     from tinyglot.released import MAX_RELEASE_BYTES, ROOT_ENV
 
     p = sub.add_parser(
@@ -104,7 +105,7 @@ def register(sub) -> None:
     p.add_argument("--formats", default=",".join(_formats()), help="the bundles of the release, comma-separated")
     p.add_argument("--max-sentences", type=int, default=100,
                    help="test pairs per language for the parity gates of each bundle")
-    p.add_argument("--quantize", choices=("dynamic", "dynamic-int4-embeddings"), default="dynamic",
+    p.add_argument("--quantize", choices=QUANTIZATIONS, default=QUANTIZATIONS[0],
                    help="dynamic: int8 weights; dynamic-int4-embeddings: the ONNX bundles' token table as 4-bit "
                         "blocks as well (about half the bytes of a large vocabulary; tflite-mediapipe stays int8)")
     p.add_argument("--root", type=Path, default=None,
