@@ -174,7 +174,7 @@ class OnnxConverter(Converter):
         raw = export_module(factory(source.model), work / "raw.onnx", source.tokenizer.vocab_size, source.max_len,
                             self.opset)
         self.applied = optimize_graph(raw, work / "opt.onnx", self.optimize, heads, hidden,
-                                      embed_layer_norm=self.qcfg.embedding_bits == 8)
+                                      embed_layer_norm=self.qcfg.embed_layer_norm)
         fp32_bytes = (work / "opt.onnx").stat().st_size
         if self.qcfg.mode != "none":
             say(f"quantizing: {self.qcfg.label} ({self.qcfg.mode})")

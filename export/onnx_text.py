@@ -270,7 +270,7 @@ class OnnxTextConverter(StringBundleConverter):
         raw = export_module(embedding_module_class()(source.model), work / "raw.onnx", source.tokenizer.vocab_size,
                             source.max_len, OPSET)
         self.applied = optimize_graph(raw, work / "opt.onnx", "transformers", heads, hidden,
-                                      embed_layer_norm=self.qcfg.embedding_bits == 8)
+                                      embed_layer_norm=self.qcfg.embed_layer_norm)
         fp32_bytes = (work / "opt.onnx").stat().st_size
         if self.qcfg.mode != "none":
             say(f"quantizing the encoder part: {self.qcfg.label}")

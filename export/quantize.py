@@ -286,6 +286,12 @@ class QuantizationConfig:
         return d
 
     @property
+    def embed_layer_norm(self) -> bool:
+        """Whether the graph optimiser may fuse the embedding lookups (:func:`optimize_graph`): not for a
+        4-bit token table, which needs the table's own Gather."""
+        return self.embedding_bits == 8
+
+    @property
     def label(self) -> str:
         return self.name or self.mode
 

@@ -755,7 +755,7 @@ def _loaded(bundle: Path) -> Iterator[Any]:
 def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict, info: dict, teacher: str,
            attributions: list[dict], results: dict, bench_speed: list[dict], max_bytes: int, testset: Any,
            max_sentences: int, command: str, say: Callable[[str], None], get_format: Callable,
-           quantize: str = QUANTIZATION) -> dict[str, Any]:
+           quantize: str) -> dict[str, Any]:
     import tinyglot
     from tinyglot.io import atomic_write_text, folder_bytes
 
