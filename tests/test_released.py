@@ -290,6 +290,7 @@ def test_release_end_to_end(trained_student, small_corpus, small_pairs, tmp_path
     assert set(again["formats"]) == {"onnx-text"} and not (folder / "tflite-mediapipe").exists()
     assert again["made"]["quantization"] == again["formats"]["onnx-text"]["quantization"] == "dynamic-int4-embeddings"
     assert again["formats"]["onnx-text"]["model_file_bytes"] < manifest["formats"]["onnx-text"]["model_file_bytes"]
+    assert "tiny-test (onnx-text dynamic-int4-embeddings)" in {r["model"] for r in again["speed"]}
     card_text = (folder / CARD).read_text(encoding="utf-8")  # no MediaPipe code for a file it does not hold
     assert "holds no `tflite-mediapipe` bundle" in card_text and "TextEmbedder.createFromOptions" not in card_text
     assert "int8, the ONNX token table in 4-bit blocks" in card_text

@@ -380,9 +380,11 @@ def record_embeddings(encoder: Any) -> dict[str, Any]:
             "call": "one sentence at a time"}
 
 
-def measure_speed(encoder: Any, fmt: str, sentences: Sequence[str], name: str) -> dict[str, Any]:
+def measure_speed(encoder: Any, fmt: str, sentences: Sequence[str], name: str,
+                  quantization: str | None = None) -> dict[str, Any]:
     """A quick figure of one bundle on this machine, one thread: p50/p90 of single sentences (after warm-up)
-    and sentences/s of batches of :data:`SPEED_BATCH` (MediaPipe embeds one sentence per call)."""
+    and sentences/s of batches of :data:`SPEED_BATCH` (MediaPipe embeds one sentence per call).
+    ``quantization``: the bundle's label (:func:`_quantization_label`), shown in the row's model name."""
     for s in sentences[:5]:
         encoder.encode([s])
     lat = []
@@ -394,7 +396,8 @@ def measure_speed(encoder: Any, fmt: str, sentences: Sequence[str], name: str) -
     encoder.encode(list(sentences), batch_size=SPEED_BATCH)
     throughput = len(sentences) / (time.perf_counter() - t)
     lat.sort()
-    return {"model": f"{name} ({fmt} int8)", "format": fmt, "threads": 1,
+    precision = "int8" if quantization in (None, "dynamic") else quantization
+    return {"model": f"{name} ({fmt} {precision})", "format": fmt, "threads": 1,
             "p50_ms": round(float(np.percentile(lat, 50)), 3), "p90_ms": round(float(np.percentile(lat, 90)), 3),
             "sentences_per_s": round(throughput, 1), "batch": SPEED_BATCH if fmt == "onnx-text" else 1,
             "machine": _machine(), "source": f"measured at release ({SPEED_QUERIES} single-sentence queries, "
@@ -783,7 +786,8 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         with _loaded(stage / fmt) as enc:
             recorded[fmt] = record_embeddings(enc)
             say(f"measuring {fmt} on this machine (one thread)")
-            speed.append(measure_speed(enc, fmt, speed_sentences, name))
+            speed.append(measure_speed(enc, fmt, speed_sentences, name,
+                                       _quantization_label(bundles[fmt]["config"])))
     training: dict[str, Any] = card["training"] if isinstance(card.get("training"), dict) else {}
     languages = list(card.get("languages") or cfg0.get("languages") or [])
     licence = str(card.get("licence") or "MIT")
