@@ -396,7 +396,7 @@ def measure_speed(encoder: Any, fmt: str, sentences: Sequence[str], name: str,
     encoder.encode(list(sentences), batch_size=SPEED_BATCH)
     throughput = len(sentences) / (time.perf_counter() - t)
     lat.sort()
-    precision = "int8" if quantization in (None, "dynamic") else quantization
+    precision = "int8" if quantization in (None, QUANTIZATION) else quantization
     return {"model": f"{name} ({fmt} {precision})", "format": fmt, "threads": 1,
             "p50_ms": round(float(np.percentile(lat, 50)), 3), "p90_ms": round(float(np.percentile(lat, 90)), 3),
             "sentences_per_s": round(throughput, 1), "batch": SPEED_BATCH if fmt == "onnx-text" else 1,
@@ -769,7 +769,8 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         say(f"exporting {fmt} ({q}) with its parity gates")
         result = bundle_format.export(student, stage / fmt, q, threads=1, max_sentences=max_sentences,
                                       testset=testset, parity_gate=True, say=say)
-        bundles[fmt] = {"config": result.config, "parity": result.config.get("parity", {})}
+        bundles[fmt] = {"config": result.config, "parity": result.config.get("parity", {}),
+                        "quantization": _quantization_label(result.config)}
         _strip_records(stage)
         used = folder_bytes(stage)
         if used > max_bytes:  # refused as soon as it is known
@@ -786,8 +787,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         with _loaded(stage / fmt) as enc:
             recorded[fmt] = record_embeddings(enc)
             say(f"measuring {fmt} on this machine (one thread)")
-            speed.append(measure_speed(enc, fmt, speed_sentences, name,
-                                       _quantization_label(bundles[fmt]["config"])))
+            speed.append(measure_speed(enc, fmt, speed_sentences, name, bundles[fmt]["quantization"]))
     training: dict[str, Any] = card["training"] if isinstance(card.get("training"), dict) else {}
     languages = list(card.get("languages") or cfg0.get("languages") or [])
     licence = str(card.get("licence") or "MIT")
@@ -831,7 +831,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         manifest["formats"][fmt] = {"folder": fmt, "bytes": sum(p.stat().st_size for p in files),
                                     "model_file": f"{fmt}/{bundle['config']['files'][0]}",
                                     "model_file_bytes": model_file.stat().st_size,
-                                    "quantization": _quantization_label(bundle["config"]),
+                                    "quantization": bundle["quantization"],
                                     "parity": bundle["parity"]}
     atomic_write_text(stage / LICENSES, licences_text(manifest))
     write_card_and_manifest(stage, manifest)
