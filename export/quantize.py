@@ -370,17 +370,16 @@ def quantize_graph(src: str | Path, dst: str | Path, qcfg: QuantizationConfig, *
     elif qcfg.mode == "dynamic":
         from onnxruntime.quantization import quantize_dynamic
 
-        table = dst.with_name(dst.stem + ".int4-table.onnx")
-        try:
+        with contextlib.ExitStack() as stack:
             if qcfg.embedding_bits == 4:  # the table first: the int8 quantizer would take its Gather too
+                # in a folder of its own, gone afterwards (also on failure): no name beside dst is touched
+                table = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=workdir))) / "int4-table.onnx"
                 quantize_token_table(src, table, qcfg.embedding_block_size)
                 src = table
             # ORTQuantizer cannot pass DefaultTensorType, which fused graphs need: optimum's config, ORT's
             # quantizer
             with third_party_output("onnxruntime's quantizer output"):
                 quantize_dynamic(src, dst, **_quantizer_options(qcfg.to_optimum(), qcfg.operators))
-        finally:
-            table.unlink(missing_ok=True)
     elif qcfg.mode == "static":
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
 

@@ -115,8 +115,13 @@ def test_int4_token_table_keeps_the_other_tables_and_the_opset(raw_graph, tmp_pa
     assert qcfg.to_dict()["embedding_block_size"] == 128 and "embedding_block_size" not in \
         QuantizationConfig.dynamic().to_dict()
     q4, q8 = tmp_path / "q4.onnx", tmp_path / "q8.onnx"
+    users = tmp_path / "q4.int4-table.onnx"  # a file the quantizer did not write: never touched
+    users.write_bytes(b"mine")
+    before = {p.name for p in tmp_path.iterdir()}
     quantize_graph(unfused, q4, qcfg)
     quantize_graph(unfused, q8, QuantizationConfig.dynamic())
+    assert {p.name for p in tmp_path.iterdir()} == before | {"q4.onnx", "q8.onnx"}  # no intermediate left
+    assert users.read_bytes() == b"mine"
     model = onnx.load(str(q4))
     table = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
     assert len(table) == 1 and "word_embeddings" in table[0].input[0]  # only the token table
