@@ -275,6 +275,11 @@ class LeallaTrainer:
         model, init = self.initial_model()
         log.info("student init: %s", init)
         model.to(self.device)
+        if tc.sparse_embeddings:
+            if self.ctx.enabled or tc.compile:
+                log.info("train.sparse_embeddings: off under torchrun and with train.compile (a dense table)")
+            else:
+                model.set_sparse_embeddings(True)
         fd_init = self.preset.loss.fd_init if model.fd_proj is not None else "none (loss.fd off)"
         if fd_init == "least-squares":
             resuming = self.resume and (self.out / "last.pt").exists()  # the checkpoint holds f

@@ -45,6 +45,11 @@ class Student(nn.Module):
         pooled = mean_pool(self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
         return pooled if self.output is None else self.output(pooled)
 
+    def set_sparse_embeddings(self, on: bool) -> None:
+        """Sparse gradients for the token table (the rows of the batch only; the training loop's
+        LazyAdamW steps those rows): a step then costs the same at any vocabulary size."""
+        self.encoder.embeddings.word_embeddings.sparse = on
+
     def set_checkpointing(self, on: bool) -> None:
         """Gradient checkpointing of the encoder layers (only acts in training mode): less memory for
         long batches, the same results, ~30 % more compute."""

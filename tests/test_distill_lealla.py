@@ -69,20 +69,29 @@ def test_each_loss_can_be_switched_off(small_pairs, tiny_teacher_dir, tmp_path, 
         assert all(r[k] > 0 for k in ("ams", "fd", "ld") if k != switch)
 
 
-def test_resume_after_interrupt_matches(small_pairs, tiny_teacher_dir, tmp_path):
-    cache = tmp_path / "cache"
-    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "full", cache=cache).train()
+@pytest.mark.parametrize("sparse", [False, True])
+def test_resume_after_interrupt_matches(small_pairs, tiny_teacher_dir, tmp_path, sparse):
+    cache, over = tmp_path / "cache", {"train": {"sparse_embeddings": sparse}}
+    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "full", over, cache=cache).train()
 
     def stop(step):
         if step == 25:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _trainer(small_pairs, tiny_teacher_dir, tmp_path / "cut", cache=cache).train(on_step=stop)
-    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "cut", resume=True, cache=cache).train()
-    a = torch.load(tmp_path / "full" / "last.pt", weights_only=True)["model"]
-    b = torch.load(tmp_path / "cut" / "last.pt", weights_only=True)["model"]
+        _trainer(small_pairs, tiny_teacher_dir, tmp_path / "cut", over, cache=cache).train(on_step=stop)
+    _trainer(small_pairs, tiny_teacher_dir, tmp_path / "cut", over, resume=True, cache=cache).train()
+    full = torch.load(tmp_path / "full" / "last.pt", weights_only=True)
+    a, b = full["model"], torch.load(tmp_path / "cut" / "last.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # the rows of pieces no batch held: lazy (sparse) steps leave them as they started, dense AdamW decays them
+    key = "encoder.embeddings.word_embeddings.weight"
+    start = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "start", over, cache=cache).initial_model()[0]
+    seen = next(s["exp_avg_sq"] for s in full["optimizer"]["state"].values()
+                if s["exp_avg_sq"].shape == a[key].shape).abs().sum(dim=1) > 0
+    unseen_start, unseen_end = start.state_dict()[key][~seen], a[key][~seen]
+    assert 0 < int((~seen).sum()) < len(seen) and unseen_start.abs().sum() > 0
+    assert torch.equal(unseen_end, unseen_start) == sparse
     # byte-reproducible: the resumed checkpoint is the uninterrupted one, byte for byte
     assert (tmp_path / "full" / "last.pt").read_bytes() == (tmp_path / "cut" / "last.pt").read_bytes()
 

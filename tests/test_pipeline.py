@@ -436,7 +436,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     train = cfg.student_preset().train
     assert train.batch_grouping == "source" and train.general_share == 0.4
     assert cfg.student_preset().student.init == "teacher"
-    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 48000
+    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 96000
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
     with pytest.raises(TinyglotError, match="unknown peer"):
         load_config("e5", sets=["eval.peers=labse"])

@@ -10,7 +10,7 @@ import torch
 
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.evaluation.bitext import BitextResult, LangResult
-from tinyglot.trainloop import TrainLoop, TrainSettings
+from tinyglot.trainloop import LazyAdamW, TrainLoop, TrainSettings, clip_grad_norm, fused_optimizer
 from tinyglot.training import load_checkpoint
 
 CPU = torch.device("cpu")
@@ -146,6 +146,14 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path):
         other.resume()
 
 
+def test_the_optimizer_is_fused_where_torch_has_the_kernel(tmp_path):
+    assert _loop(tmp_path, _settings()).optimizer.defaults["fused"] is True  # on the CPU
+    assert not fused_optimizer(Net(), torch.device("mps"))  # no kernel there: the foreach AdamW
+    counted = Net()
+    counted.register_parameter("count", torch.nn.Parameter(torch.zeros(2, dtype=torch.int64), requires_grad=False))
+    assert not fused_optimizer(counted, CPU)
+
+
 def test_no_weight_decay_on_biases_and_layer_norms(tmp_path):
     loop = _loop(tmp_path, _settings(weight_decay=0.1))
     decay, plain = loop.optimizer.param_groups
@@ -184,3 +192,52 @@ def test_out_of_memory_step_is_retried_once_when_the_handler_acts(tmp_path):
     with pytest.raises(torch.OutOfMemoryError):
         loop.run(Recorder(fail_at=1), lambda: None, on_out_of_memory=lambda: False)
     assert loop.step == 0
+
+
+def _embedding_steps(sparse: bool, batches: list[torch.Tensor], optimizer=None) -> tuple[torch.Tensor, dict]:
+    """A table of 6 rows x 3 trained by LazyAdamW (with weight decay) through clip_grad_norm."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(6, 3, sparse=sparse)
+    opt = (optimizer or LazyAdamW)(emb.parameters(), lr=0.1, weight_decay=0.1)
+    for ids in batches:
+        opt.zero_grad(set_to_none=True)
+        emb(ids).pow(2).sum().mul(3).backward()
+        clip_grad_norm(list(emb.parameters()), 1.0)
+        opt.step()
+    return emb.weight.detach().clone(), opt.state[emb.weight]
+
+
+def test_lazy_adamw_equals_adamw_on_rows_every_batch_holds():
+    # every row (some twice: duplicates are summed) in every batch: the lazy step is AdamW's, clipping included
+    batches = [torch.tensor([[0, 1, 2, 3, 4, 5, 5, 2]]), torch.tensor([[5, 4, 3, 2, 1, 0, 0, 0]])] * 3
+    lazy, lazy_state = _embedding_steps(True, batches)
+    dense, dense_state = _embedding_steps(False, batches, torch.optim.AdamW)
+    assert torch.allclose(lazy, dense, atol=1e-6)
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        assert torch.allclose(lazy_state[key], dense_state[key], atol=1e-7)
+
+
+def test_lazy_adamw_leaves_the_rows_a_batch_does_not_hold():
+    first, later = torch.tensor([[0, 1, 2, 3, 4, 5]]), torch.tensor([[0, 1]])
+    start, _ = _embedding_steps(True, [first])
+    lazy, state = _embedding_steps(True, [first, later, later])
+    dense, _ = _embedding_steps(False, [first, later, later], torch.optim.AdamW)
+    assert torch.equal(lazy[2:], start[2:])  # untouched since the first step: not moved, not decayed
+    assert not torch.equal(lazy[:2], start[:2])
+    assert not torch.allclose(dense[2:], start[2:])  # dense AdamW moves them on their old moments
+    assert float(state["step"]) == 3
+
+
+def test_clip_grad_norm_of_sparse_gradients_is_that_of_the_dense_ones():
+    ids = torch.tensor([[0, 3, 3, 5]])
+    norms, grads = [], []
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        emb, head = torch.nn.Embedding(6, 3, sparse=sparse), torch.nn.Linear(3, 1)
+        head(emb(ids)).pow(2).sum().mul(50).backward()
+        norms.append(float(clip_grad_norm([*emb.parameters(), *head.parameters()], 0.5)))
+        grads.append(emb.weight.grad.to_dense() if sparse else emb.weight.grad)
+        assert emb.weight.grad.is_sparse == sparse
+    assert norms[0] > 0.5 and norms[1] == pytest.approx(norms[0], rel=1e-5)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    assert float(torch.linalg.vector_norm(grads[1])) < 0.5 + 1e-4  # clipped

