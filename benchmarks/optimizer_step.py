@@ -28,33 +28,44 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("foreach", "fused", "sparse")
+FIRST_ID = 5  # random token ids start past the special pieces
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(REPO))
+    from tinyglot.app.commands.bench import bounded_ints, bounded_number
+
+    positive = bounded_number(int, 1, 10**6, "a whole number")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--student", default="fast-small", help="LEALLA student preset whose shape is timed")
-    p.add_argument("--vocab-sizes", default="48000,96000", help="comma-separated vocabulary sizes")
-    p.add_argument("--batch", type=int, default=128, help="pairs per step (the fast presets' batch)")
-    p.add_argument("--tokens", type=int, default=24, help="tokens per sentence")
-    p.add_argument("--steps", type=int, default=15, help="timed steps per mode and round")
-    p.add_argument("--rounds", type=int, default=3, help="rounds (each runs every mode), after one warm-up round")
-    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--vocab-sizes", type=bounded_ints(10**7), default=[48000, 96000],
+                   help="comma-separated vocabulary sizes (default 48000,96000)")
+    p.add_argument("--batch", type=positive, default=128, help="pairs per step (the fast presets' batch)")
+    p.add_argument("--tokens", type=positive, default=24, help="tokens per sentence")
+    p.add_argument("--steps", type=positive, default=15, help="timed steps per mode and round")
+    p.add_argument("--rounds", type=positive, default=3, help="rounds (each runs every mode), after one warm-up round")
+    p.add_argument("--threads", type=positive, default=2, help="torch threads")
     args = p.parse_args(argv)
+    if min(args.vocab_sizes) <= FIRST_ID:
+        p.error(f"argument --vocab-sizes: vocabulary sizes must be above {FIRST_ID}, got {min(args.vocab_sizes)}")
 
     import torch
 
-    sys.path.insert(0, str(REPO))
     from tinyglot.devices.profiles import detect_host
     from tinyglot.distill.config import get_preset
     from tinyglot.distill.student import Student
+    from tinyglot.errors import TinyglotError
     from tinyglot.trainloop import LazyAdamW, clip_grad_norm
 
     torch.set_num_threads(args.threads)
-    shape = get_preset(args.student).student
+    try:
+        shape = get_preset(args.student).student
+    except TinyglotError as err:
+        p.error(str(err))
     print(f"{detect_host()['cpu_model']}, {args.threads} thread(s), torch {torch.__version__}; {args.student} "
           f"({shape.num_layers} x {shape.hidden_size}), {args.batch} pairs of {args.tokens} tokens a step")
     print(f"{'vocabulary':>10} | " + " | ".join(f"{m:>16}" for m in MODES) + "  (median / mean ms a step)")
-    for vocab in (int(v) for v in args.vocab_sizes.split(",")):
+    for vocab in args.vocab_sizes:
         shape.vocab_size = vocab
         runs = {}
         for mode in MODES:
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds + 1):
             for mode, (model, opt) in runs.items():
                 for _ in range(args.steps):
-                    ids = torch.randint(5, vocab, (2 * args.batch, args.tokens), generator=gen)
+                    ids = torch.randint(FIRST_ID, vocab, (2 * args.batch, args.tokens), generator=gen)
                     start = time.perf_counter()
                     opt.zero_grad(set_to_none=True)
                     emb = torch.nn.functional.normalize(model.embed(ids, torch.ones_like(ids)), dim=-1)

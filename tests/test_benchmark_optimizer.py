@@ -21,3 +21,12 @@ def test_optimizer_benchmark_times_each_mode_at_each_vocabulary():
         row = next(line for line in proc.stdout.splitlines() if line.strip().startswith(vocab + " |"))
         times = [float(x) for x in re.findall(r"(\d+\.\d) /", row)]
         assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_optimizer_benchmark_refuses_bad_arguments_without_a_traceback():
+    for args, message in ((["--vocab-sizes", "48k"], "comma-separated integers"),
+                          (["--vocab-sizes", "3"], "above 5"),
+                          (["--steps", "0"], "expected a whole number from 1"),
+                          (["--student", "nope"], "unknown student preset")):
+        proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
