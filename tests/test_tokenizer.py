@@ -5,8 +5,11 @@ import time
 import numpy as np
 import pytest
 
+from tinyglot.batching import train_vocabulary
+from tinyglot.data import Pair
+from tinyglot.data.clean import group_by_lang
 from tinyglot.errors import TinyglotError
-from tinyglot.tokenizer import PAD_ID, Tokenizer
+from tinyglot.tokenizer import PAD_ID, UNK_ID, Tokenizer, frequent_characters
 
 
 def test_language_tokens_are_single_pieces(tokenizer):
@@ -70,6 +73,28 @@ def test_cjk_corpus_fits_small_vocabulary(small_pairs):
     sentences = [p.x for p in small_pairs if p.lang == "ja"]
     tok = Tokenizer.train(sentences, ["ja"], vocab_size=400)
     assert tok.vocab_size <= 400 + 10
+
+
+def test_frequent_characters_follow_the_normaliser_the_count_and_the_budget():
+    sentences = ["ＡＡＡ aa", "很很很 说说", "说", "ﬁ once"]
+    # full-width A folds to a (5 in all), 很 and 说 3 each (ties by code point); f, i, o... once
+    assert frequent_characters(sentences, vocab_size=800) == "a很说"
+    assert frequent_characters(sentences, vocab_size=16) == "a很"  # vocab_size // 8 characters
+    assert frequent_characters(sentences, vocab_size=800, min_count=1).startswith("a很说")
+    assert frequent_characters(sentences, vocab_size=800, lowercase=False) == "A很说a"
+    assert frequent_characters([], vocab_size=800) == ""
+
+
+def test_characters_the_whole_corpus_holds_are_pieces_not_unknown(small_pairs):
+    """The vocabulary's sample is a few sentences per language; a character that only the rest of
+    the corpus holds (here 鰻, in 3 Japanese pairs of 303) is still a piece, not <unk>, while one
+    seen once is left to SentencePiece's own coverage (it is <unk>)."""
+    rare = [Pair("ja", f"{p.x}鰻", p.en) for p in small_pairs if p.lang == "ja"][:3]
+    once = Pair("ja", "鱧を食べる。", "I eat pike conger.")
+    train = group_by_lang([*small_pairs, *rare, once])
+    tok = train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0)  # 10 sentences a language
+    assert UNK_ID not in tok.tokenize("鰻")
+    assert UNK_ID in tok.tokenize("鱧")
 
 
 def test_not_a_model_file(tmp_path):

@@ -19,7 +19,7 @@ import logging
 from tinyglot.data import Pair
 from tinyglot.data.clean import english_key, group_by_lang, sampling_probs, train_dev_split
 from tinyglot.errors import TinyglotError
-from tinyglot.tokenizer import PAD_ID, Batch, Tokenizer
+from tinyglot.tokenizer import PAD_ID, Batch, Tokenizer, frequent_characters
 
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def train_vocabulary(
     train: dict[str, list[Pair]], vocab_size: int, max_sentences: int, model_type: str = "unigram",
     lowercase: bool = True, seed: int = 0,
 ) -> Tokenizer:
-    """A SentencePiece vocabulary trained on a language-balanced sample of both sides."""
+    """A SentencePiece vocabulary trained on a language-balanced sample of both sides, holding every
+    character that the whole corpus holds often enough (:func:`frequent_characters`)."""
     per_lang = max(1, max_sentences // (2 * len(train)))
     rng = np.random.default_rng(seed)
     sample: list[str] = []
@@ -70,8 +71,10 @@ def train_vocabulary(
         ps = train[lang]
         for i in rng.permutation(len(ps))[:per_lang]:
             sample += [ps[i].x, ps[i].en]
+    chars = frequent_characters((s for ps in train.values() for p in ps for s in (p.x, p.en)), vocab_size,
+                                lowercase)
     return Tokenizer.train(sample, languages=[*train, PIVOT], vocab_size=vocab_size, model_type=model_type,
-                           lowercase=lowercase, seed=seed)
+                           lowercase=lowercase, seed=seed, required_chars=chars)
 
 
 def check_tokenizer(tokenizer: Tokenizer, langs: list[str]) -> None:

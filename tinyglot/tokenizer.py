@@ -22,6 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -31,6 +32,12 @@ from tinyglot.io import atomic_write_bytes, check_file_size
 from tinyglot.languages import normalize_lang
 
 MAX_TOKENIZER_BYTES = 64 << 20  # a SentencePiece model: a few MB even at 250k pieces
+# A character the training text holds this often is a piece of the vocabulary (never <unk>), up to
+# REQUIRED_CHARS_SHARE of its pieces, the most frequent first: SentencePiece keeps only the characters
+# of its sample (``character_coverage`` of them), and a sample of a few thousand software strings per
+# language leaves out common Chinese, Japanese and Korean characters (很, 说, 왕) that the whole corpus holds.
+REQUIRED_CHAR_MIN_COUNT = 2
+REQUIRED_CHARS_SHARE = 8  # at most vocab_size // 8 characters
 PAD_ID = 0
 UNK_ID = 1
 _LANG_PIECE = re.compile(r"^<2([a-z]{2,3})>$")
@@ -85,11 +92,15 @@ class Tokenizer:
         max_sentences: int = 300_000,
         seed: int = 0,
         num_threads: int | None = None,
+        required_chars: str = "",
     ) -> Tokenizer:
         """Train a SentencePiece model on ``sentences`` (at most ``max_sentences`` are used).
 
         ``vocab_size`` counts the language tokens too.  On a corpus too small for the requested
         size the vocabulary is smaller (SentencePiece's soft limit) rather than failing.
+        ``required_chars`` (most frequent first, e.g. :func:`frequent_characters` of the whole
+        corpus) become pieces whether or not the sample holds them; when they do not fit, the
+        retries keep the first half, then the first quarter...
         """
         import io
 
@@ -115,7 +126,7 @@ class Tokenizer:
         # CJK scripts alone need thousands of characters: when they do not fit in a small
         # vocabulary, lower the character coverage (rare characters become <unk>) and retry.
         coverages = [c for c in (character_coverage, 0.999, 0.995, 0.99, 0.98, 0.95) if c <= character_coverage]
-        for coverage in coverages:
+        for attempt, coverage in enumerate(coverages):
             spm.set_random_generator_seed(seed)
             model = io.BytesIO()
             try:
@@ -127,6 +138,7 @@ class Tokenizer:
                     character_coverage=coverage,
                     normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
                     user_defined_symbols=symbols,
+                    required_chars=required_chars[: len(required_chars) >> attempt],
                     pad_id=PAD_ID,
                     unk_id=UNK_ID,
                     bos_id=-1,
@@ -278,6 +290,32 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._sp.DecodeIds([int(i) for i in ids if int(i) != PAD_ID]))
+
+
+def frequent_characters(sentences: Iterable[str], vocab_size: int, lowercase: bool = True,
+                        min_count: int = REQUIRED_CHAR_MIN_COUNT) -> str:
+    """The characters that ``sentences`` hold at least ``min_count`` times after the vocabulary's
+    normaliser (``nmt_nfkc_cf`` or ``nmt_nfkc``), the most frequent first, at most
+    ``vocab_size // REQUIRED_CHARS_SHARE`` of them: :meth:`Tokenizer.train`'s ``required_chars``."""
+    import sentencepiece as spm
+
+    raw: Counter[str] = Counter()
+    chunk: list[str] = []
+    for sentence in sentences:
+        chunk.append(sentence)
+        if len(chunk) == 10_000:
+            raw.update("".join(chunk))
+            chunk = []
+    raw.update("".join(chunk))
+    normalizer = spm.SentencePieceNormalizer(rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
+                                             add_dummy_prefix=False, escape_whitespaces=False)
+    counts: Counter[str] = Counter()
+    for char, n in raw.items():
+        for out in normalizer.normalize(char):  # "ﬁ" -> "fi"; whitespace and format characters -> ""
+            if not out.isspace():
+                counts[out] += n
+    ranked = sorted((c for c, n in counts.items() if n >= min_count), key=lambda c: (-counts[c], c))
+    return "".join(ranked[: vocab_size // REQUIRED_CHARS_SHARE])
 
 
 def _take(items: Iterable[str], n: int) -> list[str]:

@@ -65,13 +65,16 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
 
 def cmd_data_vocab(args: argparse.Namespace) -> int:
     from tinyglot.data.embedded import load_pairs
-    from tinyglot.tokenizer import Tokenizer
+    from tinyglot.tokenizer import Tokenizer, frequent_characters
 
     pairs = load_pairs(args.input, lang=args.lang)
     langs = sorted({p.lang for p in pairs} | {"en"})
     sentences = [s for p in pairs for s in (p.x, p.en)]
+    # the sample is the first --max-sentences; the characters come from all of them
+    chars = frequent_characters(sentences, args.vocab_size, lowercase=not args.keep_case)
     tok = Tokenizer.train(sentences, langs, vocab_size=args.vocab_size, model_type=args.model_type,
-                          lowercase=not args.keep_case, max_sentences=args.max_sentences, seed=args.seed)
+                          lowercase=not args.keep_case, max_sentences=args.max_sentences, seed=args.seed,
+                          required_chars=chars)
     tok.save(args.out)
     make_console().print(f"wrote {args.out}: {tok.vocab_size} pieces, language tokens for {', '.join(tok.languages)}")
     return 0
