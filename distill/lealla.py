@@ -95,7 +95,8 @@ class LeallaTrainer:
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
         if self.ctx.is_main:
             run_tokenizer(self.out, tokenizer, resume,
-                          lambda: train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed))
+                          lambda: train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed,
+                                                   char_share=tc.vocab_char_share))
         self.ctx.barrier()
         tokenizer = Tokenizer.load(self.out / "tokenizer.model")
         check_tokenizer(tokenizer, [*train_g, PIVOT])

@@ -2,7 +2,7 @@
 # Rebuilds a released student from a fresh clone, as it was made: the general-domain text, the training
 # run, the release into tinyglot/released/NAME (replacing the shipped one; commit it to ship it).
 #   release/make.sh tinyglot-small        # 2 x 256, 40k vocabulary, 8,000 steps, onnx-text only, 4-bit
-#                                         # token table (about 46 min on 2 cores)
+#                                         # token table (33-46 min on 2 cores)
 #   release/make.sh tinyglot-mini         # 2 x 128, 20k vocabulary, both bundles (about 13 min)
 # Needs ../shared/data (the shared corpus and tests) and the network to Debian and PyPI for the first
 # `tinyglot data general`; the e5 pass over the sentences adds about 10 min to the first run.
@@ -13,8 +13,11 @@ case $name in
     # 8,000 steps: +1.6 on pretix, +1.4 on docs, +0.9 on narrative text against 4,000 (docs/results.md)
     tinyglot-small) out=runs/rel-small; student=(--set distill.vocab_size=40000 --set distill.max_steps=8000); formats=onnx-text
                     quantize=dynamic-int4-embeddings; text=general-permissive; skip=(--skip mimesis) ;;
-    # without CLDR's names: with them this student lost 1.0 on pretix and 0.9 on docs (docs/results.md)
-    tinyglot-mini) out=runs/rel-mini; student=(--set distill.student=fast-mini --set distill.vocab_size=20000)
+    # without CLDR's names: with them this student lost 1.0 on pretix and 0.9 on docs (docs/results.md);
+    # and without the corpus's rare characters (vocab_char_share=0): at 20k pieces they cost it 1.3 on pretix,
+    # 1.2 on docs and 1.6 on general (docs/results.md)
+    tinyglot-mini) out=runs/rel-mini; student=(--set distill.student=fast-mini --set distill.vocab_size=20000
+                   --set distill.overrides.train.vocab_char_share=0)
                    formats=onnx-text,tflite-mediapipe; quantize=dynamic; text=general-permissive-no-cldr
                    skip=(--skip mimesis --skip cldr-annotations) ;;
     *) echo "release/make.sh: no recipe for $name (tinyglot-small, tinyglot-mini)" >&2; exit 2 ;;

@@ -75,7 +75,7 @@ class TeacherTrainer:
 
         def make() -> Tokenizer:
             return train_vocabulary(train_g, preset.model.vocab_size, tc.vocab_sentences, tc.vocab_model_type,
-                                    tc.lowercase, tc.seed)
+                                    tc.lowercase, tc.seed, tc.vocab_char_share)
 
         if self.ctx.is_main:
             run_tokenizer(self.out, tokenizer, resume, make)

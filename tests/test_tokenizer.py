@@ -78,11 +78,12 @@ def test_cjk_corpus_fits_small_vocabulary(small_pairs):
 def test_frequent_characters_follow_the_normaliser_the_count_and_the_budget():
     sentences = ["ＡＡＡ aa", "很很很 说说", "说", "ﬁ once"]
     # full-width A folds to a (5 in all), 很 and 说 3 each (ties by code point); f, i, o... once
-    assert frequent_characters(sentences, vocab_size=800) == "a很说"
-    assert frequent_characters(sentences, vocab_size=16) == "a很"  # vocab_size // 8 characters
-    assert frequent_characters(sentences, vocab_size=800, min_count=1).startswith("a很说")
-    assert frequent_characters(sentences, vocab_size=800, lowercase=False) == "A很说a"
-    assert frequent_characters([], vocab_size=800) == ""
+    assert frequent_characters(sentences, 100) == "a很说"
+    assert frequent_characters(sentences, 2) == "a很"  # the most frequent max_chars
+    assert frequent_characters(sentences, 0) == ""
+    assert frequent_characters(sentences, 100, min_count=1).startswith("a很说")
+    assert frequent_characters(sentences, 100, lowercase=False) == "A很说a"
+    assert frequent_characters([], 100) == ""
 
 
 def test_characters_the_whole_corpus_holds_are_pieces_not_unknown(small_pairs):
@@ -95,6 +96,16 @@ def test_characters_the_whole_corpus_holds_are_pieces_not_unknown(small_pairs):
     tok = train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0)  # 10 sentences a language
     assert UNK_ID not in tok.tokenize("鰻")
     assert UNK_ID in tok.tokenize("鱧")
+    # train.vocab_char_share = 0: the sample's characters only, as before
+    assert UNK_ID in train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0, char_share=0).tokenize("鰻")
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_vocab_char_share_out_of_range_is_refused(share):
+    from tinyglot.trainloop import TrainSettings
+
+    with pytest.raises(TinyglotError, match="vocab_char_share"):
+        TrainSettings(vocab_char_share=share).validate()
 
 
 def test_not_a_model_file(tmp_path):

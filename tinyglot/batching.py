@@ -60,10 +60,11 @@ def split_train_dev(
 
 def train_vocabulary(
     train: dict[str, list[Pair]], vocab_size: int, max_sentences: int, model_type: str = "unigram",
-    lowercase: bool = True, seed: int = 0,
+    lowercase: bool = True, seed: int = 0, char_share: float = 0.125,
 ) -> Tokenizer:
     """A SentencePiece vocabulary trained on a language-balanced sample of both sides, holding every
-    character that the whole corpus holds often enough (:func:`frequent_characters`)."""
+    character that the whole corpus holds often enough (:func:`frequent_characters`), up to
+    ``char_share`` of its pieces (``train.vocab_char_share``)."""
     per_lang = max(1, max_sentences // (2 * len(train)))
     rng = np.random.default_rng(seed)
     sample: list[str] = []
@@ -71,8 +72,8 @@ def train_vocabulary(
         ps = train[lang]
         for i in rng.permutation(len(ps))[:per_lang]:
             sample += [ps[i].x, ps[i].en]
-    chars = frequent_characters((s for ps in train.values() for p in ps for s in (p.x, p.en)), vocab_size,
-                                lowercase)
+    chars = frequent_characters((s for ps in train.values() for p in ps for s in (p.x, p.en)),
+                                int(vocab_size * char_share), lowercase)
     return Tokenizer.train(sample, languages=[*train, PIVOT], vocab_size=vocab_size, model_type=model_type,
                            lowercase=lowercase, seed=seed, required_chars=chars)
 

@@ -32,12 +32,11 @@ from tinyglot.io import atomic_write_bytes, check_file_size
 from tinyglot.languages import normalize_lang
 
 MAX_TOKENIZER_BYTES = 64 << 20  # a SentencePiece model: a few MB even at 250k pieces
-# A character the training text holds this often is a piece of the vocabulary (never <unk>), up to
-# REQUIRED_CHARS_SHARE of its pieces, the most frequent first: SentencePiece keeps only the characters
-# of its sample (``character_coverage`` of them), and a sample of a few thousand software strings per
-# language leaves out common Chinese, Japanese and Korean characters (很, 说, 왕) that the whole corpus holds.
+# A character the training text holds this often can be made a piece of the vocabulary (never <unk>):
+# SentencePiece keeps only the characters of its sample (``character_coverage`` of them), and a sample
+# of a few thousand software strings per language leaves out common Chinese, Japanese and Korean
+# characters (很, 说, 왕) that the whole corpus holds.
 REQUIRED_CHAR_MIN_COUNT = 2
-REQUIRED_CHARS_SHARE = 8  # at most vocab_size // 8 characters
 PAD_ID = 0
 UNK_ID = 1
 _LANG_PIECE = re.compile(r"^<2([a-z]{2,3})>$")
@@ -292,13 +291,15 @@ class Tokenizer:
         return str(self._sp.DecodeIds([int(i) for i in ids if int(i) != PAD_ID]))
 
 
-def frequent_characters(sentences: Iterable[str], vocab_size: int, lowercase: bool = True,
+def frequent_characters(sentences: Iterable[str], max_chars: int, lowercase: bool = True,
                         min_count: int = REQUIRED_CHAR_MIN_COUNT) -> str:
     """The characters that ``sentences`` hold at least ``min_count`` times after the vocabulary's
-    normaliser (``nmt_nfkc_cf`` or ``nmt_nfkc``), the most frequent first, at most
-    ``vocab_size // REQUIRED_CHARS_SHARE`` of them: :meth:`Tokenizer.train`'s ``required_chars``."""
+    normaliser (``nmt_nfkc_cf`` or ``nmt_nfkc``), the most frequent first, at most ``max_chars`` of
+    them: :meth:`Tokenizer.train`'s ``required_chars``."""
     import sentencepiece as spm
 
+    if max_chars <= 0:
+        return ""
     raw: Counter[str] = Counter()
     chunk: list[str] = []
     for sentence in sentences:
@@ -315,7 +316,7 @@ def frequent_characters(sentences: Iterable[str], vocab_size: int, lowercase: bo
             if not out.isspace():
                 counts[out] += n
     ranked = sorted((c for c, n in counts.items() if n >= min_count), key=lambda c: (-counts[c], c))
-    return "".join(ranked[: vocab_size // REQUIRED_CHARS_SHARE])
+    return "".join(ranked[:max_chars])
 
 
 def _take(items: Iterable[str], n: int) -> list[str]:

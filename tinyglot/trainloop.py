@@ -128,6 +128,11 @@ class TrainSettings:
     # source as far as the chunk allows, so its in-batch negatives are of the same kind of text, as
     # E5's own training batches were).
     batch_grouping: str = "length"
+    # A new vocabulary (no tokenizer given) holds every character that the whole training text holds
+    # twice or more, up to this share of its pieces, the most frequent first (tinyglot.tokenizer.
+    # frequent_characters); 0 = only the characters of SentencePiece's sample (its character_coverage).
+    # A small vocabulary pays for rare characters with word pieces (docs/results.md).
+    vocab_char_share: float = 0.125
     dev_fraction: float = 0.02
     dev_pairs_per_lang: int = 200
     log_every: int = 10
@@ -162,6 +167,10 @@ class TrainSettings:
             raise TinyglotError(f"train.general_share must be in [0, 1), got {self.general_share}",
                                 "0 samples a language's rows uniformly; 0.5 takes half of its draws from "
                                 "its general-domain rows")
+        if not 0.0 <= self.vocab_char_share <= 1.0:
+            raise TinyglotError(f"train.vocab_char_share must be in [0, 1], got {self.vocab_char_share}",
+                                "0.125 lets characters take up to an eighth of a new vocabulary; 0 leaves "
+                                "them to SentencePiece's sample")
         if self.batch_grouping not in BATCH_GROUPINGS:
             raise TinyglotError(f"unknown train.batch_grouping {self.batch_grouping!r}",
                                 f"choose one of: {', '.join(BATCH_GROUPINGS)}")

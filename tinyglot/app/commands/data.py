@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from tinyglot.app.cli import add_header_option
+from tinyglot.app.commands.bench import bounded_number
 from tinyglot.console import make_console
 from tinyglot.errors import TinyglotError
 
@@ -71,7 +72,7 @@ def cmd_data_vocab(args: argparse.Namespace) -> int:
     langs = sorted({p.lang for p in pairs} | {"en"})
     sentences = [s for p in pairs for s in (p.x, p.en)]
     # the sample is the first --max-sentences; the characters come from all of them
-    chars = frequent_characters(sentences, args.vocab_size, lowercase=not args.keep_case)
+    chars = frequent_characters(sentences, int(args.vocab_size * args.char_share), lowercase=not args.keep_case)
     tok = Tokenizer.train(sentences, langs, vocab_size=args.vocab_size, model_type=args.model_type,
                           lowercase=not args.keep_case, max_sentences=args.max_sentences, seed=args.seed,
                           required_chars=chars)
@@ -156,6 +157,9 @@ def register(sub) -> None:
     p.add_argument("--keep-case", action="store_true", help="do not lower-case (the paper lower-cases)")
     p.add_argument("--max-sentences", type=int, default=300_000,
                    help="train on a seeded sample of at most this many sentences")
+    p.add_argument("--char-share", type=bounded_number(float, 0, 1, "a share"), default=0.125,
+                   help="every character the corpus holds twice or more is a piece, up to this share of "
+                        "the vocabulary (most frequent first; 0: only the sample's characters)")
     p.add_argument("--seed", type=int, default=0, help="seed of that sample")
     p.set_defaults(func=cmd_data_vocab)
     p = dsub.add_parser("build-embedded", help="rebuild the embedded corpus and test set from shared data")

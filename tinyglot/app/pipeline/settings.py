@@ -383,7 +383,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "teacher": {"spec": "e5-small-onnx"},
         # 48k pieces rather than 16k: +2.0 / +5.0 / +7.0 P@1 on libreoffice / pretix / general in one run
         # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, no slower. 96k rather than 48k
-        # (SentencePiece makes 88.6k): +0.1 / +0.8 / +4.7 / +0.6 on libreoffice / pretix / general / docs,
+        # (88.6k distinct piece texts): +0.1 / +0.8 / +4.7 / +0.6 on libreoffice / pretix / general / docs,
         # 28 MB int8 (17 MB with a 4-bit table); with the fused AdamW the cached rerun fits #25's 30 minutes
         # (docs/results.md, "96k pieces")
         # 4,000 steps rather than 2,000: +0.9 / +2.6 / +5.6 / +2.7 P@1 on libreoffice / pretix / general / docs;
