@@ -434,7 +434,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.data.general == "auto" and not cfg.data.permissive_only  # the general-domain mix by default
     assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 4000
     train = cfg.student_preset().train
-    assert train.batch_grouping == "source" and train.general_share == 0.4
+    assert train.batch_grouping == "source" and train.general_share == 0.4 and train.vocab_char_share == 0.125
     assert cfg.student_preset().student.init == "teacher"
     assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 96000
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests

@@ -93,11 +93,11 @@ def test_characters_the_whole_corpus_holds_are_pieces_not_unknown(small_pairs):
     rare = [Pair("ja", f"{p.x}鰻", p.en) for p in small_pairs if p.lang == "ja"][:3]
     once = Pair("ja", "鱧を食べる。", "I eat pike conger.")
     train = group_by_lang([*small_pairs, *rare, once])
-    tok = train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0)  # 10 sentences a language
+    tok = train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0, char_share=0.125)  # 10 a language
     assert UNK_ID not in tok.tokenize("鰻")
     assert UNK_ID in tok.tokenize("鱧")
-    # train.vocab_char_share = 0: the sample's characters only, as before
-    assert UNK_ID in train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0, char_share=0).tokenize("鰻")
+    # train.vocab_char_share = 0 (the default): the sample's characters only, as before
+    assert UNK_ID in train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0).tokenize("鰻")
 
 
 @pytest.mark.parametrize("share", [-0.1, 1.5])

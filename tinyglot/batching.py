@@ -60,11 +60,11 @@ def split_train_dev(
 
 def train_vocabulary(
     train: dict[str, list[Pair]], vocab_size: int, max_sentences: int, model_type: str = "unigram",
-    lowercase: bool = True, seed: int = 0, char_share: float = 0.125,
+    lowercase: bool = True, seed: int = 0, char_share: float = 0.0,
 ) -> Tokenizer:
-    """A SentencePiece vocabulary trained on a language-balanced sample of both sides, holding every
-    character that the whole corpus holds often enough (:func:`frequent_characters`), up to
-    ``char_share`` of its pieces (``train.vocab_char_share``)."""
+    """A SentencePiece vocabulary trained on a language-balanced sample of both sides; with
+    ``char_share`` > 0 (``train.vocab_char_share``) it holds every character that the whole corpus holds
+    often enough (:func:`frequent_characters`), up to that share of its pieces."""
     per_lang = max(1, max_sentences // (2 * len(train)))
     rng = np.random.default_rng(seed)
     sample: list[str] = []

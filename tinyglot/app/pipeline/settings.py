@@ -387,11 +387,13 @@ PROFILES: dict[str, dict[str, Any]] = {
         # 28 MB int8 (17 MB with a 4-bit table); with the fused AdamW the cached rerun fits #25's 30 minutes
         # (docs/results.md, "96k pieces")
         # 4,000 steps rather than 2,000: +0.9 / +2.6 / +5.6 / +2.7 P@1 on libreoffice / pretix / general / docs;
-        # then batches by source: +0.0 / +0.3 / +1.5 / +0.7; then general_share 0.4: -0.2 / -0.7 / +3.4 / 0.0
+        # then batches by source: +0.0 / +0.3 / +1.5 / +0.7; then general_share 0.4: -0.2 / -0.7 / +3.4 / 0.0;
+        # then the corpus's characters in the vocabulary (vocab_char_share 0.125): +0.2 / +0.2 / +0.4 / +0.4,
+        # zh / ja / ko narrative +6.0 / +8.4 / +3.8 (docs/results.md, "Every character of the corpus")
         "distill": {"student": "fast-small", "max_steps": 4000, "vocab_size": 96000,
                     "overrides": {"train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
                                             "dev_pairs_per_lang": 50, "batch_grouping": "source",
-                                            "general_share": 0.4}}},
+                                            "general_share": 0.4, "vocab_char_share": 0.125}}},
         "export": {"formats": ["onnx-dynamic", "onnx-text-dynamic"]},
         "eval": {"peers": ["use-m"]},
     },
