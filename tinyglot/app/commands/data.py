@@ -156,12 +156,12 @@ def register(sub) -> None:
     p.add_argument("--model-type", choices=["unigram", "bpe"], default="unigram", help="SentencePiece algorithm")
     p.add_argument("--keep-case", action="store_true", help="do not lower-case (the paper lower-cases)")
     p.add_argument("--max-sentences", type=int, default=300_000,
-                   help="train on a seeded sample of at most this many sentences")
+                   help="train on the corpus's first this many sentences")
     p.add_argument("--char-share", type=bounded_number(float, 0, 1, "a share"), default=0.0,
                    help="every character the corpus holds twice or more is a piece, up to this share of "
                         "the vocabulary, most frequent first (default 0: only the sample's characters; "
                         "0.125 helped at 40k pieces and more)")
-    p.add_argument("--seed", type=int, default=0, help="seed of that sample")
+    p.add_argument("--seed", type=int, default=0, help="SentencePiece's random seed")
     p.set_defaults(func=cmd_data_vocab)
     p = dsub.add_parser("build-embedded", help="rebuild the embedded corpus and test set from shared data")
     p.add_argument("--shared", type=Path, required=True, help="the shared data folder (train.jsonl.gz, test/)")
