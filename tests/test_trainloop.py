@@ -241,3 +241,13 @@ def test_clip_grad_norm_of_sparse_gradients_is_that_of_the_dense_ones():
     assert norms[0] > 0.5 and norms[1] == pytest.approx(norms[0], rel=1e-5)
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     assert float(torch.linalg.vector_norm(grads[1])) < 0.5 + 1e-4  # clipped
+
+
+def test_lazy_adamw_refuses_amsgrad_on_sparse_rows_before_any_parameter_moves():
+    emb, head = torch.nn.Embedding(6, 3, sparse=True), torch.nn.Linear(3, 1)
+    opt = LazyAdamW([*emb.parameters(), *head.parameters()], lr=0.1, amsgrad=True)
+    head(emb(torch.tensor([[0, 3]]))).sum().backward()
+    before = head.weight.detach().clone()
+    with pytest.raises(TinyglotError, match="plain AdamW"):
+        opt.step()
+    assert torch.equal(head.weight, before) and emb.weight.grad.is_sparse  # the dense step did not run

@@ -47,6 +47,9 @@ class LazyAdamW(torch.optim.AdamW):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         sparse = [(group, p, p.grad) for group in self.param_groups for p in group["params"]
                   if p.grad is not None and p.grad.is_sparse]
+        if any(group["amsgrad"] or group["maximize"] for group, _, _ in sparse):  # before any parameter moves
+            raise TinyglotError("sparse embedding gradients take plain AdamW (no amsgrad, no maximize)",
+                                "set train.sparse_embeddings=false")
         for _, p, _ in sparse:
             p.grad = None  # AdamW refuses sparse gradients: it steps the dense ones alone
         try:
@@ -63,9 +66,6 @@ class LazyAdamW(torch.optim.AdamW):
         return loss
 
     def _lazy_step(self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor) -> None:
-        if group["amsgrad"] or group["maximize"]:
-            raise TinyglotError("sparse embedding gradients take plain AdamW (no amsgrad, no maximize)",
-                                "set train.sparse_embeddings=false")
         state = self.state[p]
         if not state:
             state["step"] = torch.tensor(0.0)
