@@ -41,6 +41,7 @@ import gzip
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import statistics
 import time
@@ -147,6 +148,36 @@ def read_card_data(card_data: str | os.PathLike[str] | dict | None) -> tuple[dic
         raise TinyglotError(f"the card data has unknown keys: {', '.join(unknown)}",
                             f"use only: {', '.join(sorted(CARD_KEYS))}")
     return data, base
+
+
+NOTE_FIELD = re.compile(r"\{([A-Za-z0-9_.-]+)(?::(student|teacher|use-m|share))?\}")
+
+
+def fill_notes(notes: Any, results: dict[str, Any]) -> str | None:
+    """The card data's ``notes`` with each ``{TEST}`` replaced by the student's mean P@1 on TEST from the
+    release's results (``{TEST:teacher}``, ``{TEST:use-m}``: theirs; ``{TEST:share}``: the student's as a
+    percentage of the teacher's), so that a note cannot keep the numbers of an earlier run.  A field that
+    names no test, or a model the results do not hold, is refused."""
+    if notes is None:
+        return None
+    tests = results.get("tests") or {}
+
+    def value(match: re.Match) -> str:
+        test, column = match.group(1), match.group(2) or "student"
+        means = (tests.get(test) or {}).get("mean") or {}
+        if column == "share":
+            if means.get("student") is None or not means.get("teacher"):
+                raise TinyglotError(f"the card data's notes name {match.group(0)}, but the results hold no "
+                                    f"student and teacher P@1 on {test!r}",
+                                    f"name one of: {', '.join(sorted(tests)) or 'no test (pass --card-data results)'}")
+            return f"{100 * float(means['student']) / float(means['teacher']):.1f} %"
+        if means.get(column) is None:
+            raise TinyglotError(f"the card data's notes name {match.group(0)}, but the results hold no {column} "
+                                f"P@1 on {test!r}",
+                                f"name one of: {', '.join(sorted(tests)) or 'no test (pass --card-data results)'}")
+        return f"{float(means[column]):.1f}"
+
+    return NOTE_FIELD.sub(value, str(notes))
 
 
 def _path(value: Any, base: Path, what: str) -> Path:
@@ -822,7 +853,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         },
         "recorded": {"sentences": list(RECORDED_SENTENCES), "dims": RECORDED_DIMS, "int8_kernels": _int8_kernels(),
                      "tolerance": dict(TOLERANCE), "formats": recorded},
-        "notes": card.get("notes"),
+        "notes": fill_notes(card.get("notes"), results),
         "files": {},
     }
     for fmt, bundle in bundles.items():
@@ -956,5 +987,5 @@ def too_big(name: str, stage: Path, used: int, max_bytes: int) -> TinyglotError:
 
 
 __all__ = ["COLUMNS", "RECORDED_SENTENCES", "TOLERANCE", "check_licences", "corpus_attributions",
-           "licence_is_permissive", "model_card", "read_card_data", "read_results", "refresh_release",
+           "fill_notes", "licence_is_permissive", "model_card", "read_card_data", "read_results", "refresh_release",
            "release_student"]
