@@ -403,6 +403,12 @@ def test_release_refuses_bad_names_copyleft_data_and_foreign_folders(student_dir
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     with pytest.raises(TinyglotError, match="unknown keys: colour"):
         release_student(student_dir, "tiny2", {"colour": "blue"}, root=root)
+    # a note naming a test the results lack stops the release before anything is exported or written
+    said: list[str] = []
+    with pytest.raises(TinyglotError, match=r"\{docs\}"):
+        release_student(student_dir, "tiny3", {"notes": "docs {docs}", "results": {
+            "libreoffice": {"student": {"de": 80}, "teacher": {"de": 85}}}}, root=root, say=said.append)
+    assert not (root / "tiny3").exists() and not [m for m in said if "export" in m], said
 
 
 def test_release_and_models_commands_refuse_and_list(student_dir, tmp_path, capsys):

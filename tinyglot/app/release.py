@@ -739,6 +739,7 @@ def release_student(
             "the student): its licences are not checked and LICENSES.md lists no data source")
     check_licences(attributions, allowed_licences)
     results, bench_speed = read_results(card, base, name, str(card.get("teacher_spec") or "e5-small"))
+    fill_notes(card.get("notes"), results)  # a note naming a test the results lack stops here, before any export
     out = released_root(root) / name
     say(f"releasing {student} as {name} into {out}")
     with _staged(out, "tinyglot release") as stage:
