@@ -165,16 +165,14 @@ def fill_notes(notes: Any, results: dict[str, Any]) -> str | None:
     def value(match: re.Match) -> str:
         test, column = match.group(1), match.group(2) or "student"
         means = (tests.get(test) or {}).get("mean") or {}
-        if column == "share":
-            if means.get("student") is None or not means.get("teacher"):
-                raise TinyglotError(f"the card data's notes name {match.group(0)}, but the results hold no "
-                                    f"student and teacher P@1 on {test!r}",
-                                    f"name one of: {', '.join(sorted(tests)) or 'no test (pass --card-data results)'}")
-            return f"{100 * float(means['student']) / float(means['teacher']):.1f} %"
-        if means.get(column) is None:
-            raise TinyglotError(f"the card data's notes name {match.group(0)}, but the results hold no {column} "
-                                f"P@1 on {test!r}",
+        needed = ("student", "teacher") if column == "share" else (column,)
+        # a share needs a non-zero teacher P@1 to divide by
+        if any(means.get(k) is None for k in needed) or (column == "share" and not means["teacher"]):
+            raise TinyglotError(f"the card data's notes name {match.group(0)}, but the results hold no "
+                                f"{' and '.join(needed)} P@1 on {test!r}",
                                 f"name one of: {', '.join(sorted(tests)) or 'no test (pass --card-data results)'}")
+        if column == "share":
+            return f"{100 * float(means['student']) / float(means['teacher']):.1f} %"
         return f"{float(means[column]):.1f}"
 
     return NOTE_FIELD.sub(value, str(notes))
@@ -739,7 +737,8 @@ def release_student(
             "the student): its licences are not checked and LICENSES.md lists no data source")
     check_licences(attributions, allowed_licences)
     results, bench_speed = read_results(card, base, name, str(card.get("teacher_spec") or "e5-small"))
-    fill_notes(card.get("notes"), results)  # a note naming a test the results lack stops here, before any export
+    # the note's fields filled once, here: one naming a test the results lack stops before any export
+    card = {**card, "notes": fill_notes(card.get("notes"), results)}
     out = released_root(root) / name
     say(f"releasing {student} as {name} into {out}")
     with _staged(out, "tinyglot release") as stage:
@@ -854,7 +853,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         },
         "recorded": {"sentences": list(RECORDED_SENTENCES), "dims": RECORDED_DIMS, "int8_kernels": _int8_kernels(),
                      "tolerance": dict(TOLERANCE), "formats": recorded},
-        "notes": fill_notes(card.get("notes"), results),
+        "notes": card.get("notes"),
         "files": {},
     }
     for fmt, bundle in bundles.items():
