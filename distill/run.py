@@ -93,9 +93,10 @@ def run_dimred(dim: int, teacher: str | None = None, data: str | Path | None = N
 
 def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out: Path,
                    cache_dir: str | Path | None = None, vocab_size: int = 8000, resume: bool = False,
-                   progress: bool = True):
-    """A ``LeallaTrainer`` from the teacher ``teacher_spec`` (its vocabulary reused when it is a tinyglot
-    model), teacher embeddings cached in ``cache_dir`` (default ``$TINYGLOT_HOME/teacher-cache``)."""
+                   progress: bool = True, tokenizer: str | Path | None = None):
+    """A ``LeallaTrainer`` from the teacher ``teacher_spec``, teacher embeddings cached in ``cache_dir``
+    (default ``$TINYGLOT_HOME/teacher-cache``).  The student's vocabulary: the SentencePiece model
+    ``tokenizer``; without one, a tinyglot teacher's own, else a new one of ``vocab_size`` pieces."""
     from tinyglot.training import training_device
 
     from tinyglot.encoders import load_teacher as load_teacher_encoder
@@ -104,7 +105,8 @@ def lealla_trainer(preset, preset_name: str, teacher_spec: str, pairs: list, out
 
     # the teacher pass runs on the training device (under torchrun: this process's GPU)
     teacher = load_teacher_encoder(teacher_spec, device=str(training_device(preset.train)))
-    return LeallaTrainer(preset, out, pairs, teacher, teacher.identity(), teacher_tokenizer(teacher_spec),
+    vocabulary = Tokenizer.load(tokenizer) if tokenizer else teacher_tokenizer(teacher_spec)
+    return LeallaTrainer(preset, out, pairs, teacher, teacher.identity(), vocabulary,
                          preset_name, cache_dir or tinyglot_home() / "teacher-cache", vocab_size, resume, progress)
 
 

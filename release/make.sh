@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 name=${1:?usage: release/make.sh tinyglot-small|tinyglot-mini}
 case $name in
-    # 8,000 steps: +1.6 on pretix, +1.4 on docs, +0.9 on narrative text against 4,000 (docs/results.md)
+    # 8,000 steps: +1.6 on pretix, +1.4 on docs, +0.9 on narrative text against 4,000 (docs/results.md); 16,000
+    # steps without CLDR's names (the mini's text): +0.4 on docs, +1.1 on pretix, -2.1 on narrative text (not taken)
     tinyglot-small) out=runs/rel-small; student=(--set distill.vocab_size=40000 --set distill.max_steps=8000); formats=onnx-text
                     quantize=dynamic-int4-embeddings; text=general-permissive; skip=(--skip mimesis) ;;
     # without CLDR's names: with them this student lost 1.0 on pretix and 0.9 on docs (docs/results.md);

@@ -103,6 +103,9 @@ def test_effective_settings_round_trip_through_toml(tmp_path):
     (dict(config_file="missing.toml"), "config file not found"),
     (dict(sets=["data.train=/no/such/corpus"]), "data.train not found"),
     (dict(sets=["teacher.spec=train", "teacher.preset=ems-huge"]), "unknown teacher preset"),
+    (dict(sets=["distill.tokenizer=/no/such/tokenizer.model"]), "distill.tokenizer not found"),
+    (dict(sets=["distill.student=ms-tiny", "distill.tokenizer=/no/such/tokenizer.model"]),
+     "it keeps its assistant's vocabulary"),
 ])
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(TinyglotError, match=re.escape(message)):

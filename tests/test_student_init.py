@@ -233,3 +233,19 @@ def test_cli_init_is_recorded_in_the_report(small_pairs, small_corpus, tiny_teac
     report = json.loads((out / "report.json").read_text())
     assert report["init"] == "random"  # --init over --set student.init
     assert "| init | random |" in (out / "report.md").read_text()
+
+
+def test_a_given_vocabulary_is_the_students(small_pairs, tiny_teacher_dir, other_tokenizer, tmp_path):
+    """``lealla_trainer(tokenizer=FILE)`` (the pipeline's ``distill.tokenizer``): the student takes that
+    vocabulary, where it would otherwise reuse its tinyglot teacher's own."""
+    from tinyglot.distill.run import lealla_trainer
+
+    given = other_tokenizer.save(tmp_path / "given.model")
+    own = Tokenizer.load(tiny_teacher_dir / "tokenizer.model")
+    assert own.sha256 != other_tokenizer.sha256
+    for out, tokenizer, expected in ((tmp_path / "given", given, other_tokenizer), (tmp_path / "own", None, own)):
+        trainer = lealla_trainer(get_preset("fast-tiny", TINY), "fast-tiny", str(tiny_teacher_dir), small_pairs, out,
+                                 tmp_path / "cache", progress=False, tokenizer=tokenizer)
+        assert trainer.tokenizer.sha256 == expected.sha256
+        assert Tokenizer.load(out / "tokenizer.model").sha256 == expected.sha256
+        assert trainer.preset.student.vocab_size == expected.vocab_size

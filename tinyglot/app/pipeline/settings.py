@@ -122,7 +122,11 @@ class DistillSection:
     budget of each student stage: it sets ``stage2.max_steps``, ``stage3.max_steps`` and
     ``stage4.max_steps`` (over the preset and ``overrides``), while stage 1 (the assistant learning the
     teacher's space) keeps the preset's ``train.max_steps`` (or ``overrides.stage1.max_steps``).
-    ``vocab_size`` is unused there: the student keeps the assistant's vocabulary."""
+    ``vocab_size`` is unused there: the student keeps the assistant's vocabulary.
+
+    ``tokenizer`` (LEALLA students): a SentencePiece ``tokenizer.model`` (``tinyglot data vocab``'s, a
+    run's, or any that holds a language token ``<2xx>`` for each language of the corpus) for the student,
+    instead of a new vocabulary of ``vocab_size`` pieces (or a tinyglot teacher's own)."""
 
     # fast-mini (2 layers x 128) and not the paper's lealla-small (24 x 128): the default teacher,
     # ems-small, has 3 layers x 192, so a 24-layer student would be slower than its own teacher.
@@ -131,6 +135,7 @@ class DistillSection:
     overrides: dict[str, Any] = field(default_factory=dict)
     vocab_size: int = 8000  # a new vocabulary's size, for teachers that bring none
     assistant: str = ""  # multi-stage students only (see above)
+    tokenizer: str = ""  # LEALLA students only (see above)
 
     @property
     def multistage(self) -> bool:
@@ -264,14 +269,7 @@ class PipelineConfig:
 
             teacher_preset(self.teacher.preset, self.teacher.overrides)
         self.student_preset()
-        if self.distill.assistant and not self.distill.multistage:
-            raise TinyglotError(f"distill.assistant is set but distill.student={self.distill.student!r} is a "
-                                "LEALLA preset (only multi-stage students have an assistant)",
-                                "leave distill.assistant empty, or pick a multi-stage student (ms-...)")
-        if self.distill.assistant and not Path(self.distill.assistant).is_dir():
-            raise TinyglotError(f"distill.assistant not found: {self.distill.assistant}",
-                                "pass a tinyglot BERT model folder (an EMS teacher run or a LEALLA student), "
-                                "or leave it empty for the run's teacher / the default teacher")
+        self._check_student_files()
         validate_positive(self.distill, ("vocab_size",), "distill")
         if not self.export.formats:
             raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")
@@ -324,6 +322,30 @@ class PipelineConfig:
                     f"the TFLite bundle has no signature for bench.seq {seqs or ''} bench.batch {batches or ''}",
                     "add them to export.tflite_buckets / export.tflite_batch_sizes, or bench other shapes")
         return self
+
+
+    def _check_student_files(self) -> None:
+        """``distill.assistant`` (multi-stage students only: a model folder) and ``distill.tokenizer`` (LEALLA
+        students only: a SentencePiece file): set only for their kind of student, and found."""
+        d = self.distill
+        for key, value, multistage, found, wrong_kind, missing in (
+                ("assistant", d.assistant, True, Path(d.assistant).is_dir(),
+                 ("LEALLA preset (only multi-stage students have an assistant)",
+                  "leave distill.assistant empty, or pick a multi-stage student (ms-...)"),
+                 "pass a tinyglot BERT model folder (an EMS teacher run or a LEALLA student), or leave it empty "
+                 "for the run's teacher / the default teacher"),
+                ("tokenizer", d.tokenizer, False, Path(d.tokenizer).is_file(),
+                 ("multi-stage student (it keeps its assistant's vocabulary)",
+                  "leave distill.tokenizer empty, or pick a LEALLA student (fast-..., lealla-...)"),
+                 "pass a SentencePiece tokenizer.model (tinyglot data vocab writes one), or leave it empty for a "
+                 "new vocabulary of distill.vocab_size pieces")):
+            if not value:
+                continue
+            if d.multistage != multistage:
+                raise TinyglotError(f"distill.{key} is set but distill.student={d.student!r} is a {wrong_kind[0]}",
+                                    wrong_kind[1])
+            if not found:
+                raise TinyglotError(f"distill.{key} not found: {value}", missing)
 
     def bundles(self) -> list[tuple[str, str, str]]:
         """``(format, quantization, folder name)`` of each bundle, e.g. ``("onnx", "dynamic", "onnx-dynamic")``."""

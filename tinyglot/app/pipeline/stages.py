@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from tinyglot.config import to_dict
 from tinyglot.errors import TinyglotError
 from tinyglot.io import atomic_write_json, folder_bytes, read_json_object
-from tinyglot.stagecache import describe_files, hash_json, outputs_intact
+from tinyglot.stagecache import describe_files, hash_json, outputs_intact, sha256_file
 
 from .context import RunContext, Say, StageOutput, corpus_path, data_fingerprint
 from .settings import ExportSection, PipelineConfig
@@ -142,6 +142,8 @@ def distill_inputs(ctx: RunContext) -> dict[str, Any]:
     inputs = {"student": d.student, "settings": to_dict(ctx.cfg.student_preset()), "data": train_data_inputs(ctx.cfg)}
     if d.multistage:  # the assistant: a folder (its weights count), or empty: the teacher stage's output
         return {**inputs, "recipe": "multistage", "assistant": d.assistant, "assistant_sha": assistant_sha(d.assistant)}
+    if d.tokenizer:  # (absent when unset: runs made before distill.tokenizer keep their stage markers)
+        inputs["tokenizer_sha256"] = sha256_file(d.tokenizer)
     return {**inputs, "vocab_size": d.vocab_size}
 
 
@@ -174,7 +176,8 @@ def run_distill(ctx: RunContext) -> StageOutput:
     ctx.say(f"distill: {'resuming the interrupted run from its last.pt: ' if resumed else ''}{d.student} "
             f"from {spec}, {d.max_steps} steps on {len(ctx.train_pairs()):,} pairs{mix} -> {out}")
     trainer = lealla_trainer(ctx.cfg.student_preset(), d.student, spec, ctx.train_pairs(), out,
-                             vocab_size=d.vocab_size, resume=resumed, progress=ctx.progress)
+                             vocab_size=d.vocab_size, resume=resumed, progress=ctx.progress,
+                             tokenizer=d.tokenizer or None)
     result = trainer.train()
     cfg = read_model_config(result.student_dir)
     summary = {"student": d.student, "recipe": "LEALLA", "teacher": spec, "teacher_dim": trainer.teacher_dim,
