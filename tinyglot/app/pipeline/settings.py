@@ -323,7 +323,6 @@ class PipelineConfig:
                     "add them to export.tflite_buckets / export.tflite_batch_sizes, or bench other shapes")
         return self
 
-
     def _check_student_files(self) -> None:
         """``distill.assistant`` (multi-stage students only: a model folder) and ``distill.tokenizer`` (LEALLA
         students only: a SentencePiece file): set only for their kind of student, and found."""
