@@ -34,9 +34,8 @@ import numpy as np
 from tinyglot.data import is_permissive
 from tinyglot.data.embedded import load_pairs, load_testset
 from tinyglot.evaluation.metrics import bitext_p_at_1
+from tinyglot.export.prune import NORMAL  # SentencePiece's piece type of an ordinary text piece
 from tinyglot.tokenizer import Tokenizer
-
-NORMAL = 1  # sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL
 
 
 def read_proto(path: str | Path):

@@ -4,7 +4,7 @@ TOML file, then ``--set``) with validation, and the effective settings written b
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
@@ -269,7 +269,16 @@ class PipelineConfig:
 
             teacher_preset(self.teacher.preset, self.teacher.overrides)
         self.student_preset()
-        self._check_student_files()
+        self._check_student_file("assistant", True, Path.is_dir,
+                                 "LEALLA preset (only multi-stage students have an assistant)",
+                                 "leave distill.assistant empty, or pick a multi-stage student (ms-...)",
+                                 "pass a tinyglot BERT model folder (an EMS teacher run or a LEALLA student), "
+                                 "or leave it empty for the run's teacher / the default teacher")
+        self._check_student_file("tokenizer", False, Path.is_file,
+                                 "multi-stage student (it keeps its assistant's vocabulary)",
+                                 "leave distill.tokenizer empty, or pick a LEALLA student (fast-..., lealla-...)",
+                                 "pass a SentencePiece tokenizer.model (tinyglot data vocab writes one), or "
+                                 "leave it empty for a new vocabulary of distill.vocab_size pieces")
         validate_positive(self.distill, ("vocab_size",), "distill")
         if not self.export.formats:
             raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")
@@ -323,28 +332,18 @@ class PipelineConfig:
                     "add them to export.tflite_buckets / export.tflite_batch_sizes, or bench other shapes")
         return self
 
-    def _check_student_files(self) -> None:
-        """``distill.assistant`` (multi-stage students only: a model folder) and ``distill.tokenizer`` (LEALLA
-        students only: a SentencePiece file): set only for their kind of student, and found."""
-        d = self.distill
-        for key, value, multistage, found, wrong_kind, missing in (
-                ("assistant", d.assistant, True, Path(d.assistant).is_dir(),
-                 ("LEALLA preset (only multi-stage students have an assistant)",
-                  "leave distill.assistant empty, or pick a multi-stage student (ms-...)"),
-                 "pass a tinyglot BERT model folder (an EMS teacher run or a LEALLA student), or leave it empty "
-                 "for the run's teacher / the default teacher"),
-                ("tokenizer", d.tokenizer, False, Path(d.tokenizer).is_file(),
-                 ("multi-stage student (it keeps its assistant's vocabulary)",
-                  "leave distill.tokenizer empty, or pick a LEALLA student (fast-..., lealla-...)"),
-                 "pass a SentencePiece tokenizer.model (tinyglot data vocab writes one), or leave it empty for a "
-                 "new vocabulary of distill.vocab_size pieces")):
-            if not value:
-                continue
-            if d.multistage != multistage:
-                raise TinyglotError(f"distill.{key} is set but distill.student={d.student!r} is a {wrong_kind[0]}",
-                                    wrong_kind[1])
-            if not found:
-                raise TinyglotError(f"distill.{key} not found: {value}", missing)
+    def _check_student_file(self, key: str, multistage: bool, exists: Callable[[Path], bool], kind: str,
+                            kind_fix: str, missing_fix: str) -> None:
+        """``distill.KEY``, when set: allowed for one kind of student only (``kind``: what the student is
+        when it is the other kind), and found (``exists``)."""
+        value = getattr(self.distill, key)
+        if not value:
+            return
+        if self.distill.multistage != multistage:
+            raise TinyglotError(f"distill.{key} is set but distill.student={self.distill.student!r} is a {kind}",
+                                kind_fix)
+        if not exists(Path(value)):
+            raise TinyglotError(f"distill.{key} not found: {value}", missing_fix)
 
     def bundles(self) -> list[tuple[str, str, str]]:
         """``(format, quantization, folder name)`` of each bundle, e.g. ``("onnx", "dynamic", "onnx-dynamic")``."""
