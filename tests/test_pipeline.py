@@ -112,6 +112,14 @@ def test_bad_settings_are_clear_errors(kwargs, message):
         load_config(**kwargs)
 
 
+@pytest.mark.parametrize("content", [b"", b"not a model\n"])
+def test_a_distill_tokenizer_that_is_no_sentencepiece_model_is_refused_with_the_settings(tmp_path, content):
+    path = tmp_path / "tokenizer.model"
+    path.write_bytes(content)
+    with pytest.raises(TinyglotError, match=re.escape(f"distill.tokenizer {path}: not a SentencePiece model")):
+        load_config("tiny", sets=[f"distill.tokenizer={path}"])
+
+
 def test_cli_user_errors_exit_2_without_traceback(tmp_path, capsys):
     assert main(["run", "--config", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "o")]) == 2
     assert main(["run", "--set", "distill.nope=1", "--out", str(tmp_path / "o")]) == 2

@@ -279,6 +279,13 @@ class PipelineConfig:
                                  "leave distill.tokenizer empty, or pick a LEALLA student (fast-..., lealla-...)",
                                  "pass a SentencePiece tokenizer.model (tinyglot data vocab writes one), or "
                                  "leave it empty for a new vocabulary of distill.vocab_size pieces")
+        if self.distill.tokenizer and not self.distill.multistage:  # read now, not after the teacher stage
+            from tinyglot.tokenizer import Tokenizer
+
+            try:
+                Tokenizer.load(self.distill.tokenizer)
+            except TinyglotError as exc:
+                raise TinyglotError(f"distill.tokenizer {self.distill.tokenizer}: {exc.problem}", exc.fix) from None
         validate_positive(self.distill, ("vocab_size",), "distill")
         if not self.export.formats:
             raise TinyglotError("export.formats is empty", "list at least one bundle, e.g. onnx-dynamic")
