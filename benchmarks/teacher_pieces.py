@@ -26,13 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from tinyglot.data import is_permissive
 from tinyglot.data.embedded import load_pairs, load_testset
+from tinyglot.distill.teacher_init import select_teacher_pieces
 from tinyglot.evaluation.metrics import bitext_p_at_1
 from tinyglot.export.prune import NORMAL  # SentencePiece's piece type of an ordinary text piece
 from tinyglot.tokenizer import Tokenizer
@@ -46,29 +47,10 @@ def read_proto(path: str | Path):
     return proto
 
 
-def with_pieces(like, pieces: list[tuple[str, float]]) -> Tokenizer:
-    """``like``'s special pieces, normaliser and settings, then ``pieces`` (text, score) as its normal pieces."""
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
-    proto = pb.ModelProto()
-    proto.CopyFrom(like)
-    del proto.pieces[:]
-    for piece in like.pieces:
-        if piece.type != NORMAL:
-            proto.pieces.add().CopyFrom(piece)
-    for text, score in pieces:
-        proto.pieces.add(piece=text, score=score, type=NORMAL)
-    proto.trainer_spec.vocab_size = len(proto.pieces)
-    return Tokenizer(proto.SerializeToString())
-
-
 def teacher_normal_pieces(teacher, like) -> list[tuple[str, float]]:
-    """The teacher's normal pieces (text, score), in its order; only the lower-case ones when ``like``
-    folds case (its normaliser would never produce the others)."""
-    folds = like.normalizer_spec.name.endswith("_cf")
+    """The teacher's normal pieces (text, score), in its order, but ``like``'s special pieces."""
     specials = {p.piece for p in like.pieces if p.type != NORMAL} | {"<s>", "</s>", "<pad>"}
-    return [(p.piece, p.score) for p in teacher.pieces if p.type == NORMAL and p.piece not in specials
-            and (not folds or p.piece == p.piece.lower())]
+    return [(p.piece, p.score) for p in teacher.pieces if p.type == NORMAL and p.piece not in specials]
 
 
 def build(args) -> None:
@@ -79,7 +61,8 @@ def build(args) -> None:
     like = read_proto(args.like)
     teacher = read_proto(args.teacher or e5_onnx.e5_onnx_folder() / e5_onnx.TOKENIZER_FILE)
     pieces = teacher_normal_pieces(teacher, like)
-    languages = set(Tokenizer(like.SerializeToString()).languages)
+    like_tokenizer = Tokenizer(like.SerializeToString())
+    languages = set(like_tokenizer.languages)
     by_lang: dict[str, list[str]] = defaultdict(list)  # (in the order the corpora first name a language)
     for corpus in args.corpus:
         for pair in load_pairs(corpus):
@@ -91,17 +74,11 @@ def build(args) -> None:
         if lang in languages:
             rng.shuffle(sentences)
             sample += sentences[:args.per_lang]
-    full = with_pieces(like, pieces)
-    counts = Counter(full.piece(i) for s in sample for i in full.tokenize(s))
-    score = dict(pieces)
-    used = [p for p, _ in counts.most_common() if p in score][:args.size // 2]
-    chosen = set(used)
-    chosen.update([p for p, _ in sorted(pieces, key=lambda t: -t[1]) if p not in chosen][:args.size - len(chosen)])
-    out = with_pieces(like, sorted(((p, score[p]) for p in chosen), key=lambda t: (-t[1], t[0])))
+    out, used = select_teacher_pieces(like_tokenizer, pieces, sample, args.size)
     out.save(args.out)
-    print(f"{args.out}: {out.vocab_size:,} pieces: {len(used):,} the teacher's most used on {len(sample):,} "
-          f"sentences of {len(languages & set(by_lang))} languages, {len(chosen) - len(used):,} by its scores "
-          f"(it has {len(teacher.pieces):,} pieces, {len(pieces):,} of them usable)")
+    print(f"{args.out}: {out.vocab_size:,} pieces: {used:,} the teacher's most used on {len(sample):,} "
+          f"sentences of {len(languages & set(by_lang))} languages, {args.size - used:,} by its scores "
+          f"(it has {len(teacher.pieces):,} pieces)")
 
 
 def static_embeddings(teacher, tokenizer: Tokenizer, sentences: list[str]) -> np.ndarray:

@@ -31,7 +31,8 @@ from .cache import shared_teacher_embeddings
 from .config import DistillPreset
 from .losses import ams_loss, feature_distillation, logit_distillation
 from .student import Student, init_from_teacher_pca, least_squares_head, save_student, teacher_input_embeddings
-from .teacher_init import VocabularyEmbeddings, describe, init_from_vocabulary, vocabulary_embeddings
+from .teacher_init import (VocabularyEmbeddings, check_teacher_layers, describe, e5_layer_weights, e5_vocabulary,
+                           init_from_vocabulary, vocabulary_embeddings)
 
 log = logging.getLogger("tinyglot.distill")
 
@@ -88,15 +89,19 @@ class LeallaTrainer:
         self.device = training_device(tc)
         self.ctx: DistContext = init_distributed(self.device)
         self.out_of_memory = False  # set by the first step that ran out of GPU memory
-        if isinstance(getattr(teacher, "dim", None), int):  # before the (long) teacher pass
+        if preset.student.init == "teacher-layers" and not resume:  # before the (long) teacher pass
+            check_teacher_layers(preset.student, teacher_identity)
+        if isinstance(getattr(teacher, "dim", None), int):
             check_dimensions(preset.student.embedding_dim, teacher.dim)
         prepare_run_dir(self.out, resume, "distillation run", clean=self.ctx.is_main)
         self.ctx.barrier()
         train_g, self.dev = split_train_dev(pairs, tc.dev_fraction, tc.dev_pairs_per_lang, tc.seed)
         if self.ctx.is_main:
             run_tokenizer(self.out, tokenizer, resume,
-                          lambda: train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed,
-                                                   char_share=tc.vocab_char_share))
+                          lambda: e5_vocabulary(train_g, vocab_size, seed=tc.seed)
+                          if preset.student.init == "teacher-layers" else
+                          train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed,
+                                           char_share=tc.vocab_char_share))
         self.ctx.barrier()
         tokenizer = Tokenizer.load(self.out / "tokenizer.model")
         check_tokenizer(tokenizer, [*train_g, PIVOT])
@@ -126,6 +131,7 @@ class LeallaTrainer:
         # own embedding tables) or "teacher-vocabulary" (init_vocab: its embeddings of the vocabulary)
         self.init_tables: dict[str, torch.Tensor] | None = None
         self.init_vocab: VocabularyEmbeddings | None = None
+        self.init_layers: tuple[dict[str, torch.Tensor], dict] | None = None
         self.init_method = self._plan_init(teacher, cache_dir or self.out / "teacher-cache")
 
     def _plan_init(self, teacher, cache_dir: str | Path):
@@ -142,6 +148,9 @@ class LeallaTrainer:
         if mode == "random":
             log.info("student init: random")
             return "random"
+        if mode == "teacher-layers":
+            self.init_layers = e5_layer_weights(self.tokenizer, sc)
+            return "teacher-layers"
         self.init_tables = teacher_input_embeddings(teacher, self.tokenizer)
         if self.init_tables is not None:
             return "teacher-tables"
@@ -172,6 +181,11 @@ class LeallaTrainer:
             info = {"variance_kept": init_from_teacher_pca(model, self.init_tables)}
         elif self.init_vocab is not None:
             info = init_from_vocabulary(model, self.init_vocab)
+        elif self.init_layers is not None:
+            weights, info = self.init_layers
+            with torch.no_grad():
+                missing, unexpected = model.encoder.load_state_dict(weights, strict=False)
+            assert not unexpected and not [k for k in missing if not k.endswith("position_ids")], (missing, unexpected)
         return model, describe(self.init_method, info)
 
     def meta(self) -> dict:

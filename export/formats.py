@@ -92,10 +92,11 @@ for _fmt in (
                  summary="TF SavedModel taking raw strings, loads with tensorflow_hub.KerasLayer",
                  quantize_help="none"),
     BundleFormat("onnx-text", "tinyglot.export.onnx_text:export_onnx_text",
-                 ("none", "dynamic", "dynamic-int4-embeddings"),
+                 ("none", "dynamic", "dynamic-int4-embeddings", "avx2", "avx512-vnni", "arm64"),
                  "tinyglot.export.onnx_text:load_onnx_text_bundle", "onnx-text", ("standalone", "card"), True,
                  summary="raw strings in: SentencePiece inside the graph, onnxruntime + onnxruntime-extensions",
-                 quantize_help="none, dynamic (int8 encoder), dynamic-int4-embeddings (and a 4-bit token table)"),
+                 quantize_help="none, dynamic (int8 encoder, per tensor), dynamic-int4-embeddings (and a 4-bit "
+                               "token table), avx2 / avx512-vnni / arm64 (int8 encoder per channel)"),
     BundleFormat("tflite-mediapipe", "tinyglot.export.tflite_mediapipe:export_tflite_mediapipe", ("none", "dynamic"),
                  "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle", "mediapipe",
                  ("standalone", "card", "input_shape"), True,

@@ -106,10 +106,20 @@ def test_effective_settings_round_trip_through_toml(tmp_path):
     (dict(sets=["distill.tokenizer=/no/such/tokenizer.model"]), "distill.tokenizer not found"),
     (dict(sets=["distill.student=ms-tiny", "distill.tokenizer=/no/such/tokenizer.model"]),
      "it keeps its assistant's vocabulary"),
+    # a student started as e5-small's layers: e5-small as the teacher, per-channel int8 bundles
+    (dict(sets=["distill.student=fast-e5-3"]), "starts as multilingual-e5-small's layers"),
+    (dict(profile="e5", sets=["distill.student=fast-e5-3"]),
+     "export.formats onnx-dynamic, onnx-text-dynamic: int8 per tensor loses too much"),
 ])
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(TinyglotError, match=re.escape(message)):
         load_config(**kwargs)
+
+
+def test_a_student_started_as_e5_small_takes_per_channel_bundles():
+    cfg = load_config("e5", sets=["distill.student=fast-e5-4", "export.formats=onnx-avx512-vnni,onnx-text-arm64"])
+    assert cfg.student_preset().student.init == "teacher-layers" and cfg.student_preset().student.num_layers == 4
+    assert cfg.bundle_names() == ["onnx-avx512-vnni", "onnx-text-arm64"]
 
 
 @pytest.mark.parametrize("content", [b"", b"not a model\n"])

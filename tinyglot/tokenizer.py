@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -185,6 +186,27 @@ class Tokenizer:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self._proto).hexdigest()
+
+    def with_pieces(self, pieces: Sequence[tuple[str, float]]) -> Tokenizer:
+        """This vocabulary's special pieces (padding, ``<unk>``, the ``<2xx>`` tokens), normaliser and
+        settings, with ``pieces`` (text, unigram score) as its text pieces instead of its own."""
+        from sentencepiece import sentencepiece_model_pb2
+
+        pb: Any = sentencepiece_model_pb2  # generated protobuf classes: no stubs
+        proto, own = pb.ModelProto(), pb.ModelProto()
+        own.ParseFromString(self._proto)
+        proto.CopyFrom(own)
+        del proto.pieces[:]
+        for piece in own.pieces:
+            if piece.type != pb.ModelProto.SentencePiece.NORMAL:
+                proto.pieces.add().CopyFrom(piece)
+        taken = {piece.piece for piece in proto.pieces}
+        for text, score in pieces:
+            if text not in taken:
+                taken.add(text)
+                proto.pieces.add(piece=text, score=float(score), type=pb.ModelProto.SentencePiece.NORMAL)
+        proto.trainer_spec.vocab_size = len(proto.pieces)
+        return Tokenizer(proto.SerializeToString())
 
     # ---------------------------------------------------------------- vocabulary
     @property

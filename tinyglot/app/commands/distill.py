@@ -9,7 +9,7 @@ from typing import Any
 
 from tinyglot.app.cli import add_config_options, config_overrides
 from tinyglot.console import make_console
-from tinyglot.distill.config import PRESETS
+from tinyglot.distill.config import PRESETS, StudentConfig
 from tinyglot.distill.ms_config import PRESETS as MS_PRESETS
 from tinyglot.errors import TinyglotError
 
@@ -118,7 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stages", default=None,
                    help="--recipe multistage: stages to run, in order, e.g. 3,4 (default: 1,2,3,4; a stage whose "
                         "output is complete is skipped, an interrupted one resumes from its last.pt)")
-    p.add_argument("--init", choices=["teacher", "random"], default=None,
+    p.add_argument("--init", choices=StudentConfig.INIT_CHOICES, default=None,
                    help="how the student's token embeddings start (student.init): teacher = from the teacher, its "
                         "own token embeddings when it shares the student's vocabulary (a tinyglot teacher), else its "
                         "embeddings of every vocabulary piece, reduced to the student's width by PCA; random = the "

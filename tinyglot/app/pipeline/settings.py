@@ -18,6 +18,8 @@ from tinyglot.export.formats import BUNDLE_FORMATS, get_format
 
 
 GENERAL_AUTO = "auto"
+E5_SPECS = ("e5-small", "e5-small-onnx")  # teachers whose layers student.init=teacher-layers copies
+PER_TENSOR_INT8 = ("dynamic", "dynamic-int4-embeddings")  # quantizations with one int8 scale per weight tensor
 
 
 def general_path(setting: str) -> Path:
@@ -268,7 +270,7 @@ class PipelineConfig:
             from tinyglot.teacher import get_preset as teacher_preset
 
             teacher_preset(self.teacher.preset, self.teacher.overrides)
-        self.student_preset()
+        student = self.student_preset()
         self._check_student_file("assistant", True, Path.is_dir,
                                  "LEALLA preset (only multi-stage students have an assistant)",
                                  "leave distill.assistant empty, or pick a multi-stage student (ms-...)",
@@ -294,6 +296,8 @@ class PipelineConfig:
             if quant not in allowed:
                 raise TinyglotError(f"quantization {quant!r} is not available for {fmt}",
                                     f"choose one of: {', '.join(allowed)}")
+        if not self.distill.multistage and student.student.init == "teacher-layers":
+            self._check_teacher_layers()
         if len(set(self.bundle_names())) != len(self.export.formats):
             raise TinyglotError("export.formats lists a bundle twice", "list each format-quantization once")
         validate_positive(self.export, ("threads", "parity_sentences"), "export")
@@ -338,6 +342,22 @@ class PipelineConfig:
                     f"the TFLite bundle has no signature for bench.seq {seqs or ''} bench.batch {batches or ''}",
                     "add them to export.tflite_buckets / export.tflite_batch_sizes, or bench other shapes")
         return self
+
+    def _check_teacher_layers(self) -> None:
+        """A student started as e5-small's layers (student.init=teacher-layers, the fast-e5 presets): the
+        teacher is e5-small, and the bundles quantize per channel (per tensor, e5-small's weights fail the
+        parity gate: mean cosine 0.97-0.98), checked before any stage runs."""
+        if self.teacher.spec.removeprefix("peer:") not in E5_SPECS:
+            raise TinyglotError(f"distill.student {self.distill.student} starts as multilingual-e5-small's layers "
+                                f"(student.init=teacher-layers), but teacher.spec is {self.teacher.spec}",
+                                "use --set teacher.spec=e5-small-onnx (the e5 profile's), or another student")
+        per_tensor = [f"{fmt}-{quant}" for fmt, quant in self.export.formats if quant in PER_TENSOR_INT8]
+        if per_tensor:
+            raise TinyglotError(f"export.formats {', '.join(per_tensor)}: int8 per tensor loses too much of a "
+                                f"student started as e5-small's layers (distill.student {self.distill.student}; "
+                                "parity mean cosine 0.97-0.98 < 0.99)",
+                                "quantize per channel: --set export.formats=onnx-avx512-vnni,onnx-text-avx512-vnni "
+                                "(avx2 or arm64 for those CPUs)")
 
     def _check_student_file(self, key: str, multistage: bool, exists: Callable[[Path], bool], kind: str,
                             kind_fix: str, missing_fix: str) -> None:
