@@ -19,7 +19,9 @@ from tinyglot.export.formats import BUNDLE_FORMATS, get_format
 
 GENERAL_AUTO = "auto"
 E5_SPECS = ("e5-small", "e5-small-onnx")  # teachers whose layers student.init=teacher-layers copies
-PER_TENSOR_INT8 = ("dynamic", "dynamic-int4-embeddings")  # quantizations with one int8 scale per weight tensor
+# onnxruntime quantizations with one int8 scale per weight tensor (LiteRT's dynamic range is per channel)
+PER_TENSOR_INT8 = ("dynamic", "dynamic-int4-embeddings")
+ONNX_FORMATS = ("onnx", "onnx-text")
 
 
 def general_path(setting: str) -> Path:
@@ -345,15 +347,16 @@ class PipelineConfig:
 
     def _check_teacher_layers(self) -> None:
         """A student started as e5-small's layers (student.init=teacher-layers, the fast-e5 presets): the
-        teacher is e5-small, and the bundles quantize per channel (per tensor, e5-small's weights fail the
-        parity gate: mean cosine 0.97-0.98), checked before any stage runs."""
+        teacher is e5-small, and the ONNX bundles quantize per channel (per tensor, e5-small's weights fail
+        the parity gate: mean cosine 0.97-0.98), checked before any stage runs."""
         if self.teacher.spec.removeprefix("peer:") not in E5_SPECS:
             raise TinyglotError(f"distill.student {self.distill.student} starts as multilingual-e5-small's layers "
                                 f"(student.init=teacher-layers), but teacher.spec is {self.teacher.spec}",
                                 "use --set teacher.spec=e5-small-onnx (the e5 profile's), or another student")
-        per_tensor = [f"{fmt}-{quant}" for fmt, quant in self.export.formats if quant in PER_TENSOR_INT8]
+        per_tensor = [f"{fmt}-{quant}" for fmt, quant in self.export.formats
+                      if fmt in ONNX_FORMATS and quant in PER_TENSOR_INT8]
         if per_tensor:
-            raise TinyglotError(f"export.formats {', '.join(per_tensor)}: int8 per tensor loses too much of a "
+            raise TinyglotError(f"export.formats {', '.join(per_tensor)}: ONNX int8 per tensor loses too much of a "
                                 f"student started as e5-small's layers (distill.student {self.distill.student}; "
                                 "parity mean cosine 0.97-0.98 < 0.99)",
                                 "quantize per channel: --set export.formats=onnx-avx512-vnni,onnx-text-avx512-vnni "
