@@ -13,8 +13,9 @@ Quantization presets are optimum's :class:`~optimum.onnxruntime.AutoQuantization
 preset        optimum configuration
 ============  ==========================================================================
 ``none``      fp32, fused graph
-``dynamic``   ``AutoQuantizationConfig.avx512(is_static=False, per_channel=False)``: int8
-              weights per tensor, activations quantized per batch at run time
+``dynamic``   ``AutoQuantizationConfig.avx512(is_static=False, per_channel=False, reduce_range=True)``:
+              int8 weights per tensor in 7 bits (no u8s8 saturation on CPUs without VNNI), activations
+              quantized per batch at run time: the portable preset
 ``avx2``      ``AutoQuantizationConfig.avx2(is_static=False)``: unsigned weights, per channel
 ``avx512-vnni`` ``AutoQuantizationConfig.avx512_vnni(is_static=False)``: signed weights, per channel
 ``arm64``     ``AutoQuantizationConfig.arm64(is_static=False)``: signed weights, per channel
@@ -178,8 +179,11 @@ class QuantizationConfig:
         return cls(mode="none", name="none")
 
     @classmethod
-    def dynamic(cls, per_channel: bool = False, reduce_range: bool = False) -> QuantizationConfig:
-        """Dynamic int8, signed weights, per tensor."""
+    def dynamic(cls, per_channel: bool = False, reduce_range: bool = True) -> QuantizationConfig:
+        """Dynamic int8, signed weights, per tensor: the portable preset.  Weights in 7 bits
+        (``reduce_range``): onnxruntime's u8s8 kernels on x86 CPUs without VNNI (AVX2, AVX-512 before
+        Cascade Lake, AMD before Zen 4) add pairs of 8-bit products in 16 bits, which saturate with
+        full-range weights; a bundle made on any machine must give the same embeddings on those."""
         auto = _optimum().AutoQuantizationConfig
         return cls.from_optimum(auto.avx512(is_static=False, per_channel=per_channel, reduce_range=reduce_range),
                                 "dynamic")

@@ -99,6 +99,20 @@ def test_dynamic_int8_is_smaller_quantized_and_passes_parity(int8_bundle, fp32_b
     assert np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-3)
     cfg = json.loads((int8_bundle.out / "config.json").read_text())
     assert cfg["quantization"]["mode"] == "dynamic" and cfg["quantization"]["weight_type"] == "qint8"
+    assert cfg["quantization"]["reduce_range"]
+
+
+def test_the_portable_int8_bundle_cannot_saturate_avx2_kernels(int8_bundle):
+    # onnxruntime's u8s8 kernels on x86 without VNNI add two u8 x s8 products in int16: 255 x 64 x 2 fits,
+    # 255 x 127 x 2 does not.  The dynamic preset's weights must stay within 7 bits on every machine, so a
+    # bundle made on a VNNI machine gives the same embeddings on an AVX2 one.
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(int8_bundle.out / "model.onnx"))
+    weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    assert sum(w.size for w in weights) > 10_000
+    assert max(int(np.abs(w.astype(np.int16)).max()) for w in weights) <= 64
 
 
 @pytest.mark.parametrize("preset", ["static", "fp16", "avx2", "arm64", "avx512-vnni"])
