@@ -6,7 +6,9 @@ feed-forward block cut from 1,536 units to f, untrained, mean-pooled in PyTorch;
 |activation| on calibration sentences times the norm of their output column (``act``; the mean output
 of the cut units goes into the output bias), or by weight norms alone (``weights``).  A feed-forward
 block of f units costs 2 x 384 x f multiply-adds a token against the attention's 4 x 384 x 384, so
-4 layers at f = 512 cost about what 2 full layers cost.  Prints numbers; asserts nothing.
+4 layers at f = 512 cost a little more than 2 whole layers.  e5-small's weights and the units' activity
+are computed once, for the deepest try: layer i's activity does not depend on the layers above it.
+Prints numbers; asserts nothing.
 
     python benchmarks/e5_prune.py --corpus ../shared/data/train.jsonl.gz --pairs 200 \\
         --test general=GENERAL/general-test --test docs=GENERAL/docs-test \\
@@ -38,13 +40,23 @@ from tinyglot.tokenizer import Tokenizer
 E5_FFN = 1536
 
 
+def _student(cfg: StudentConfig, weights: dict[str, torch.Tensor]) -> Student:
+    model = Student(cfg)
+    model.encoder.load_state_dict(weights, strict=False)  # (position_ids are the model's own)
+    return model.eval()
+
+
+def first_layers(weights: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    """``weights`` (BertModel names) without the encoder layers from ``layers`` on."""
+    return {k: v for k, v in weights.items()
+            if not k.startswith("encoder.layer.") or int(k.split(".")[2]) < layers}
+
+
 def ffn_activity(weights: dict[str, torch.Tensor], tokenizer: Tokenizer, cfg: StudentConfig,
                  sentences: Sequence[str]) -> list[torch.Tensor]:
     """Per layer of the uncut student (``weights``), the mean |activation| and the mean activation of
     each feed-forward unit over the real tokens of ``sentences``: a (2, units) tensor per layer."""
-    full = Student(cfg)
-    full.encoder.load_state_dict(weights, strict=False)
-    full.eval()
+    full = _student(cfg, weights)
     sums = [torch.zeros(2, cfg.ffn_size, dtype=torch.float64) for _ in range(cfg.num_layers)]
     state = {"tokens": 0}
 
@@ -119,20 +131,19 @@ def main(argv=None) -> int:
     for spec in args.test:
         name, _, path = spec.partition("=")
         sets[name] = {lang: pairs[:args.pairs] for lang, pairs in sorted(load_testset(path).items())}
+    deepest = StudentConfig(hidden_size=384, num_layers=max(t[0] for t in tries), num_heads=12, ffn_size=E5_FFN,
+                            max_len=128, dropout=0.0, init="teacher-layers", vocab_size=tokenizer.vocab_size)
+    all_weights, _ = e5_layer_weights(tokenizer, deepest)
+    activity = ffn_activity(all_weights, tokenizer, deepest, calibration) \
+        if any(units < E5_FFN and how == "act" for _, units, how in tries) else None
     rows = []
     for layers, units, how in tries:
         start = time.perf_counter()
-        cfg = StudentConfig(hidden_size=384, num_layers=layers, num_heads=12, ffn_size=E5_FFN, max_len=128,
-                            dropout=0.0, init="teacher-layers", vocab_size=tokenizer.vocab_size)
-        weights, _ = e5_layer_weights(tokenizer, cfg)
+        weights = first_layers(all_weights, layers)
         if units < E5_FFN:
-            activity = ffn_activity(weights, tokenizer, cfg, calibration) if how == "act" else None
-            weights = cut_ffn(weights, layers, units, activity)
-        cut = dataclasses.replace(cfg, ffn_size=units)
-        model = Student(cut)
-        model.encoder.load_state_dict(weights, strict=False)
-        model.eval()
-        encoder = TorchEncoder(tokenizer, model.embed, cut.max_len, torch.device("cpu"), name="cut")
+            weights = cut_ffn(weights, layers, units, activity if how == "act" else None)
+        cut = dataclasses.replace(deepest, num_layers=layers, ffn_size=units)
+        encoder = TorchEncoder(tokenizer, _student(cut, weights).embed, cut.max_len, torch.device("cpu"), name="cut")
         row = {"layers": layers, "units": units, "by": how}
         for name, grouped_test in sets.items():
             both = np.array([bitext_p_at_1(encoder.encode([q.x for q in pairs]), encoder.encode([q.en for q in pairs]))

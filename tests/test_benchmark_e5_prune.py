@@ -56,6 +56,12 @@ def test_the_cut_keeps_the_strongest_units_and_the_mean_output(tiny, tokenizer, 
     activity = module.ffn_activity(weights, tokenizer, cfg, sentences)
     assert len(activity) == 2 and activity[0].shape == (2, 48)
     assert (activity[0][0] >= activity[0][1].abs() - 1e-9).all()  # mean |a| >= |mean a|
+    # the benchmark computes activity once, for its deepest try: layer 0's is the same without layer 1
+    one = module.first_layers(weights, 1)
+    assert not any(k.startswith("encoder.layer.1.") for k in one) and "embeddings.word_embeddings.weight" in one
+    assert any(k.startswith("encoder.layer.0.") for k in one)
+    shallow = module.ffn_activity(one, tokenizer, dataclasses.replace(cfg, num_layers=1), sentences)
+    assert len(shallow) == 1 and torch.allclose(shallow[0], activity[0])
     cut = module.cut_ffn(weights, 2, 20, activity)
     strength = weights["encoder.layer.0.output.dense.weight"].norm(dim=0).double() * activity[0][0]
     kept = set(torch.topk(strength, 20).indices.tolist())
