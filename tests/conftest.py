@@ -36,13 +36,42 @@ TEST_LANGS = ("de", "fr", "ja", "ru")
 SHARED_GROUPS = {"tiny_run": "tiny-run", "mediapipe_export": "mediapipe", "mediapipe_bundle": "mediapipe"}
 
 
+def _uses_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return bool(info) and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(config, items):
+    """Each test that uses a fixture of :data:`SHARED_GROUPS` goes to that fixture's xdist group; the other
+    tests of a file that use one of its module-scoped fixtures (an exported bundle, a trained model: most
+    take 30-60 s) go to a group named after the file, so that one worker builds each such fixture once."""
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
         groups = {SHARED_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_GROUPS}
         if len(groups) > 1:
             raise pytest.UsageError(f"{item.nodeid} uses the fixtures of two xdist groups: {sorted(groups)}")
-        if groups and item.get_closest_marker("xdist_group") is None:
+        if not groups and _uses_a_module_fixture(item):
+            groups = {item.nodeid.partition("::")[0].replace("_", "-")}  # xdist joins two groups with "_"
+        if groups:
             item.add_marker(pytest.mark.xdist_group(groups.pop()))
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture is set up
+def pytest_runtest_setup(item):
+    """Under ``--dist loadgroup``, a test that uses a fixture of :data:`SHARED_GROUPS` must carry its group
+    in its node id, or it lands in any worker and that worker builds the fixture again: the suite then takes
+    minutes longer, silently.  That happened twice: the marks came after xdist's hook, and pytest 9.2 ignores
+    xdist 3.8's node-id suffix (pytest-dev/pytest-xdist#1386; pyproject.toml's dev extra pins pytest < 9.2)."""
+    config = item.config
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    groups = item.nodeid.rpartition("@")[2].split("_") if "@" in item.nodeid else []
+    missing = sorted({SHARED_GROUPS[n] for n in getattr(item, "fixturenames", ()) if n in SHARED_GROUPS} - set(groups))
+    if missing:
+        pytest.fail(f"not in xdist group {missing[0]!r}: pytest-xdist runs it in any worker, which builds the shared "
+                    "fixture again (is pytest newer than pyproject.toml's dev extra allows?)", pytrace=False)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 
@@ -131,6 +132,17 @@ def test_user_errors_exit_2_without_traceback(tmp_path, args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_bad_teacher_setting_fails_before_transformers_is_imported(tmp_path):
+    # importing transformers (BertModel) took 10 s of the 17 s that a typo in --set cost (AMD EPYC, 2 cores)
+    code = ("import sys; from tinyglot.app.cli import main; "
+            f"rc = main(['teacher', 'train', '--preset', 'ems-tiny', '--set', 'train.nope=1', '--out', {str(tmp_path / 'o')!r}]); "
+            "print('RESULT', rc, 'transformers' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TINYGLOT_ALLOCATOR": "system"})
+    assert "RESULT 2 False" in proc.stdout, proc.stdout + proc.stderr
+    assert "unknown setting 'train.nope'" in proc.stderr and not (tmp_path / "o").exists()
 
 
 def test_data_prepare_and_vocab(tmp_path):

@@ -16,13 +16,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tinyglot.config import to_dict
 
     from tinyglot.teacher.config import get_preset
-    from tinyglot.teacher.train import train_teacher
 
-    preset = get_preset(args.preset, config_overrides(args))
+    preset = get_preset(args.preset, config_overrides(args))  # a bad setting fails before transformers loads
     if args.print_config:
         make_console().print_json(json.dumps(to_dict(preset)))
     from tinyglot.locks import run_lock
     from tinyglot.outputs import legacy_if
+    from tinyglot.teacher.train import train_teacher
 
     # a new, empty or teacher run folder only; one run at a time; a failed run leaves no empty folder
     legacy = legacy_if("tokenizer.model", "metrics.jsonl")
