@@ -136,9 +136,9 @@ def test_user_errors_exit_2_without_traceback(tmp_path, args, message):
 
 def test_a_bad_teacher_setting_fails_before_transformers_is_imported(tmp_path):
     # importing transformers (BertModel) took 10 s of the 17 s that a typo in --set cost (AMD EPYC, 2 cores)
-    code = ("import sys; from tinyglot.app.cli import main; "
-            f"rc = main(['teacher', 'train', '--preset', 'ems-tiny', '--set', 'train.nope=1', '--out', {str(tmp_path / 'o')!r}]); "
-            "print('RESULT', rc, 'transformers' in sys.modules)")
+    args = ["teacher", "train", "--preset", "ems-tiny", "--set", "train.nope=1", "--out", str(tmp_path / "o")]
+    code = f"import sys; from tinyglot.app.cli import main; rc = main({args!r}); " \
+           "print('RESULT', rc, 'transformers' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TINYGLOT_ALLOCATOR": "system"})
     assert "RESULT 2 False" in proc.stdout, proc.stdout + proc.stderr
