@@ -36,6 +36,11 @@ TEST_LANGS = ("de", "fr", "ja", "ru")
 SHARED_GROUPS = {"tiny_run": "tiny-run", "mediapipe_export": "mediapipe", "mediapipe_bundle": "mediapipe"}
 
 
+def _shared_groups(item) -> set[str]:
+    """The :data:`SHARED_GROUPS` of the fixtures ``item`` uses."""
+    return {SHARED_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_GROUPS}
+
+
 def _uses_a_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     return bool(info) and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
@@ -49,7 +54,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        groups = {SHARED_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_GROUPS}
+        groups = _shared_groups(item)
         if len(groups) > 1:
             raise pytest.UsageError(f"{item.nodeid} uses the fixtures of two xdist groups: {sorted(groups)}")
         if not groups and _uses_a_module_fixture(item):
@@ -68,7 +73,7 @@ def pytest_runtest_setup(item):
     if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
         return
     groups = item.nodeid.rpartition("@")[2].split("_") if "@" in item.nodeid else []
-    missing = sorted({SHARED_GROUPS[n] for n in getattr(item, "fixturenames", ()) if n in SHARED_GROUPS} - set(groups))
+    missing = sorted(_shared_groups(item) - set(groups))
     if missing:
         pytest.fail(f"not in xdist group {missing[0]!r}: pytest-xdist runs it in any worker, which builds the shared "
                     "fixture again (is pytest newer than pyproject.toml's dev extra allows?)", pytrace=False)
