@@ -30,7 +30,8 @@ from tinyglot.errors import TinyglotError
 # record's ``options``.
 COMMON_KWARGS = ("threads", "max_sentences", "testset", "gates", "parity_gate", "say")
 # ONNX's, the widest list
-QUANTIZE = ("none", "dynamic", "dynamic-int4-embeddings", "avx2", "avx512-vnni", "arm64", "static", "fp16")
+QUANTIZE = ("none", "dynamic", "dynamic-int4-embeddings", "dynamic-per-channel", "avx2", "avx512-vnni", "arm64",
+            "static", "fp16")
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,10 @@ for _fmt in (
                  "onnx", ("optimize", "module_factory", "opset"),
                  summary="onnxruntime",
                  quantize_help="none (fp32); dynamic int8 (per-tensor); dynamic-int4-embeddings (dynamic int8, "
-                               "the token table as 4-bit blocks); avx2 / avx512-vnni / arm64 (dynamic int8 "
-                               "presets per CPU); static int8 calibrated on the embedded corpus; fp16"),
+                               "the token table as 4-bit blocks); dynamic-per-channel (dynamic int8 with a "
+                               "scale per output channel: students started as e5-small's layers); avx2 / "
+                               "avx512-vnni / arm64 (dynamic int8 presets per CPU); static int8 calibrated on "
+                               "the embedded corpus; fp16"),
     BundleFormat("tflite", "tinyglot.export.tflite:export_tflite", ("none", "dynamic", "fp16"),
                  "tinyglot.export.tflite:load_tflite_bundle", "tflite",
                  ("buckets", "batch_sizes", "module_factory", "extra_config"),
@@ -92,11 +95,13 @@ for _fmt in (
                  summary="TF SavedModel taking raw strings, loads with tensorflow_hub.KerasLayer",
                  quantize_help="none"),
     BundleFormat("onnx-text", "tinyglot.export.onnx_text:export_onnx_text",
-                 ("none", "dynamic", "dynamic-int4-embeddings", "avx2", "avx512-vnni", "arm64"),
+                 ("none", "dynamic", "dynamic-int4-embeddings", "dynamic-per-channel", "avx2", "avx512-vnni",
+                  "arm64"),
                  "tinyglot.export.onnx_text:load_onnx_text_bundle", "onnx-text", ("standalone", "card"), True,
                  summary="raw strings in: SentencePiece inside the graph, onnxruntime + onnxruntime-extensions",
                  quantize_help="none, dynamic (int8 encoder, per tensor), dynamic-int4-embeddings (and a 4-bit "
-                               "token table), avx2 / avx512-vnni / arm64 (int8 encoder per channel)"),
+                               "token table), dynamic-per-channel (int8 encoder per channel, portable), "
+                               "avx2 / avx512-vnni / arm64 (int8 encoder per channel, per CPU)"),
     BundleFormat("tflite-mediapipe", "tinyglot.export.tflite_mediapipe:export_tflite_mediapipe", ("none", "dynamic"),
                  "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle", "mediapipe",
                  ("standalone", "card", "input_shape"), True,

@@ -122,6 +122,10 @@ def test_a_student_started_as_e5_small_takes_per_channel_bundles():
     assert cfg.student_preset().student.init == "teacher-layers" and cfg.student_preset().student.num_layers == 4
     # LiteRT's dynamic range quantizes per channel: its int8 passes the gate (mean cosine 0.9996 measured)
     assert cfg.bundle_names() == ["onnx-avx512-vnni", "onnx-text-arm64", "tflite-mediapipe-dynamic"]
+    # the fix that the refusal of per-tensor bundles names: the portable per-channel preset
+    cfg = load_config("e5", sets=["distill.student=fast-e5-3",
+                                  "export.formats=onnx-dynamic-per-channel,onnx-text-dynamic-per-channel"])
+    assert cfg.bundle_names() == ["onnx-dynamic-per-channel", "onnx-text-dynamic-per-channel"]
 
 
 @pytest.mark.parametrize("content", [b"", b"not a model\n"])

@@ -29,6 +29,7 @@ COMPARED = ("is_static", "format", "mode", "activations_dtype", "activations_sym
     ("avx512-vnni", AutoQuantizationConfig.avx512_vnni(is_static=False)),
     ("arm64", AutoQuantizationConfig.arm64(is_static=False)),
     ("dynamic", AutoQuantizationConfig.avx512(is_static=False, per_channel=False, reduce_range=True)),
+    ("dynamic-per-channel", AutoQuantizationConfig.avx512(is_static=False, per_channel=True, reduce_range=True)),
 ])
 def test_presets_are_optimums_targets(preset, auto):
     ours = QuantizationConfig.from_name(preset)
