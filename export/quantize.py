@@ -195,8 +195,8 @@ class QuantizationConfig:
     def dynamic_per_channel(cls) -> QuantizationConfig:
         """``dynamic`` (portable: 7-bit weights) with one scale per output channel of each weight matrix.
         A student started as e5-small's layers falls to a mean cosine of 0.90 against fp32 per tensor,
-        0.997 per channel.  Not the default: on a 2 x 256 student, per channel ran up to 11 % slower
-        for single long sentences on an AVX2 CPU (1-6 % faster in batches of 32; docs/results.md)."""
+        0.997 per channel.  Not the default: on a 2 x 256 student, per channel ran 2-6 % slower at
+        batch 1 on an AVX2 CPU (0-1 % in batches of 32; docs/results.md)."""
         qcfg = cls.dynamic(per_channel=True)
         qcfg.name = "dynamic-per-channel"
         return qcfg

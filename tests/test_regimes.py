@@ -5,6 +5,10 @@ no timings and asserts none (``benchmarks/regimes.py`` measures)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -116,6 +120,18 @@ def test_run_regimes_measures_each_model_in_its_own_process(onnx_bundle, small_p
     single = ok["sets"]["a"]["sentences_per_s"]["single"]
     assert f"{single / 10:.2f}×" in table
     assert regimes.tokens_table([base], sets).splitlines()[-1] == "| peer:use-m | – | – |"  # no tokenizer
+
+
+def test_a_bundles_process_does_not_import_torch(onnx_bundle, student_dir):
+    # each target is measured in its own process: an ONNX bundle's runs onnxruntime alone (importing torch
+    # there cost 1.8 s of its 2.2 s load), a torch model's sets torch's threads
+    code = ("import sys; from tinyglot.devices.regimes import open_target; open_target(sys.argv[1], 1); "
+            "t = sys.modules.get('torch'); print('TORCH', t.get_num_threads() if t else None)")
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    got = [subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+                          timeout=300) for path in (onnx_bundle, student_dir)]
+    lines = [p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr[-2000:] for p in got]
+    assert lines == ["TORCH None", "TORCH 1"]
 
 
 def test_rows_are_labelled_by_the_name_the_caller_gave(tmp_path):
