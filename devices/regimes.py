@@ -255,14 +255,14 @@ def open_target(spec: str, threads: int = 1) -> Any:
 
         return load_peer(spec.removeprefix("peer:"), threads)
     folder = Path(spec)
-    encoder = None
+    kwargs: dict[str, Any] = {}
     if (folder / "config.json").is_file():
         from tinyglot.models import loader_function, read_model_config
 
         loader = read_model_config(folder).get("loader")
         if isinstance(loader, str) and "threads" in inspect.signature(loader_function(loader, folder)).parameters:
-            encoder = tinyglot.load(folder, threads=threads)
-    encoder = encoder if encoder is not None else tinyglot.load(spec)
+            kwargs["threads"] = threads
+    encoder = tinyglot.load(spec, **kwargs)
     torch = sys.modules.get("torch")
     if torch is not None:  # a torch model: it runs at ``threads`` too
         torch.set_num_threads(threads)

@@ -254,8 +254,7 @@ class QuantizationConfig:
                    "avx512_vnni": cls.avx512_vnni, "arm64": cls.arm64, "static": cls.static, "fp16": cls.fp16}
         if name not in presets:
             raise TinyglotError(f"unknown quantization {name!r}",
-                                "choose one of: none, dynamic, dynamic-int4-embeddings, dynamic-per-channel, avx2, "
-                                "avx512-vnni, arm64, static, fp16")
+                                "choose one of: " + ", ".join(k for k in presets if k != "avx512_vnni"))
         return presets[name]()
 
     def to_optimum(self) -> OptimumQuantizationConfig:

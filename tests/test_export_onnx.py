@@ -102,17 +102,25 @@ def test_dynamic_int8_is_smaller_quantized_and_passes_parity(int8_bundle, fp32_b
     assert cfg["quantization"]["reduce_range"]
 
 
+def _int8_weights(bundle_dir) -> list[np.ndarray]:
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(bundle_dir / "model.onnx"))
+    return [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+
+
+def _peak(weights: list[np.ndarray]) -> int:
+    return max(int(np.abs(w.astype(np.int16)).max()) for w in weights)
+
+
 def test_the_portable_int8_bundle_cannot_saturate_avx2_kernels(int8_bundle):
     # onnxruntime's u8s8 kernels on x86 without VNNI add two u8 x s8 products in int16: 255 x 64 x 2 fits,
     # 255 x 127 x 2 does not.  The dynamic preset's weights must stay within 7 bits on every machine, so a
     # bundle made on a VNNI machine gives the same embeddings on an AVX2 one.
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(int8_bundle.out / "model.onnx"))
-    weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    weights = _int8_weights(int8_bundle.out)
     assert sum(w.size for w in weights) > 10_000
-    assert max(int(np.abs(w.astype(np.int16)).max()) for w in weights) <= 64
+    assert _peak(weights) <= 64
 
 
 def _weight_scale_shapes(bundle_dir) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -128,18 +136,13 @@ def _weight_scale_shapes(bundle_dir) -> list[tuple[tuple[int, ...], tuple[int, .
 def test_the_portable_per_channel_preset_scales_each_output_channel_in_7_bits(student_dir, tmp_path, int8_bundle):
     # what a student started as e5-small's layers needs (per tensor its parity fell to a mean cosine of
     # 0.90), as portable as dynamic: 7-bit weights
-    import onnx
-    from onnx import numpy_helper
-
     result = export_onnx(student_dir, tmp_path / "pc", "dynamic-per-channel", max_sentences=N)
     assert result.parity.passed, result.parity.failures
     assert json.loads((result.out / "config.json").read_text())["quantization"]["name"] == "dynamic-per-channel"
     shapes = _weight_scale_shapes(result.out)
     assert len(shapes) >= 4 and all(scale == width for scale, width in shapes)
     assert all(scale == () for scale, _ in _weight_scale_shapes(int8_bundle.out))  # dynamic: one per tensor
-    model = onnx.load(str(result.out / "model.onnx"))
-    weights = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
-    assert max(int(np.abs(w.astype(np.int16)).max()) for w in weights) <= 64
+    assert _peak(_int8_weights(result.out)) <= 64
 
 
 @pytest.mark.parametrize("preset", ["static", "fp16", "avx2", "arm64", "avx512-vnni"])
