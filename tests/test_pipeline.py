@@ -469,6 +469,30 @@ def test_e5_profile_is_the_strong_teacher_path():
         load_config("e5", sets=["eval.peers=labse"])
 
 
+def test_e5_profile_trains_its_student_without_dropout():
+    """The e5 profile's student trains without dropout (docs/results.md, "No dropout"): in training mode its
+    forward pass gives the same embeddings twice, where the fast-small preset's own (dropout 0.1) does not."""
+    import torch
+
+    from tinyglot.distill.config import get_preset
+    from tinyglot.distill.student import Student
+
+    def same_twice_in_training(shape) -> bool:
+        shape.vocab_size = 64
+        torch.manual_seed(0)
+        model = Student(shape, None).train()
+        ids = torch.randint(5, 64, (4, 12), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            return torch.equal(model.embed(ids, torch.ones_like(ids)), model.embed(ids, torch.ones_like(ids)))
+
+    student = load_config("e5").student_preset().student
+    assert student.dropout == 0.0 and student.hidden_size == 256
+    assert same_twice_in_training(student)
+    assert not same_twice_in_training(get_preset("fast-small").student)
+    # a user's setting still wins over the profile's
+    assert load_config("e5", sets=["distill.overrides.student.dropout=0.1"]).student_preset().student.dropout == 0.1
+
+
 @pytest.mark.slow
 def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     """`tinyglot run --profile e5` shrunk: the real e5-small-onnx teacher pass (cached in TINYGLOT_HOME), a
