@@ -441,8 +441,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         # then the corpus's characters in the vocabulary (vocab_char_share 0.125): +0.2 / +0.2 / +0.4 / +0.4,
         # zh / ja / ko narrative +6.0 / +8.4 / +3.8 (docs/results.md, "Every character of the corpus");
         # then no dropout (student.dropout 0: 4,000 steps see each row less than once, nothing to regularise):
-        # 21 % more pairs/s, at 1,000 steps +0.5 / +0.8 / +1.6 / +1.2, at 4,000 99.0 / 97.5 / 59.1 / 97.0
-        # (docs/results.md, "No dropout in the e5 profile's student")
+        # a step 4-15 % cheaper (benchmarks/optimizer_step.py --dropouts 0.1,0), at 1,000 steps +0.5 / +0.8 /
+        # +1.6 / +1.2, at 4,000 99.0 / 97.5 / 59.1 / 97.0 (docs/results.md, "No dropout in the e5 profile's student")
         "distill": {"student": "fast-small", "max_steps": 4000, "vocab_size": 96000,
                     "overrides": {"student": {"dropout": 0.0},
                                   "train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
