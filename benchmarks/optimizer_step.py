@@ -47,14 +47,11 @@ def modes_list(text: str) -> list[str]:
 
 
 def dropout_list(text: str) -> list[float]:
-    """An argparse type: comma-separated dropout rates from 0 to 0.9."""
-    try:
-        rates = list(dict.fromkeys(float(x) for x in text.split(",")))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated dropout rates, got {text!r}") from None
-    if not all(0.0 <= r <= 0.9 for r in rates):
-        raise argparse.ArgumentTypeError(f"expected dropout rates from 0 to 0.9, got {text!r}")
-    return rates
+    """An argparse type: comma-separated dropout rates from 0 to 0.9 (each checked by ``bounded_number``)."""
+    from tinyglot.app.commands.bench import bounded_number
+
+    rate = bounded_number(float, 0, 0.9, "dropout rates")
+    return list(dict.fromkeys(rate(x) for x in text.split(",")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,15 +88,16 @@ def main(argv: list[str] | None = None) -> int:
         shape = get_preset(args.student).student
     except TinyglotError as err:
         p.error(str(err))
-    dropouts = args.dropouts or [shape.dropout]
-    columns = [(mode, d) for mode in args.modes for d in dropouts]
-    names = [mode if args.dropouts is None else f"{mode} d{d:g}" for mode, d in columns]
+    # a column per mode and dropout rate, named after the mode alone when the rate is the preset's
+    columns = {mode if args.dropouts is None else f"{mode} d{d:g}": (mode, d)
+               for mode in args.modes for d in args.dropouts or [shape.dropout]}
+    names = list(columns)
     print(f"{detect_host()['cpu_model']}, {args.threads} thread(s), torch {torch.__version__}; {args.student} "
           f"({shape.num_layers} x {shape.hidden_size}), {args.batch} pairs of {args.tokens} tokens a step")
     print(f"{'vocabulary':>10} | " + " | ".join(f"{n:>16}" for n in names) + "  (median / mean ms a step)")
     for vocab in args.vocab_sizes:
         runs = {}
-        for name, (mode, dropout) in zip(names, columns, strict=True):
+        for name, (mode, dropout) in columns.items():
             torch.manual_seed(0)
             model = Student(replace(shape, vocab_size=vocab, dropout=dropout), None).train()
             model.set_sparse_embeddings(mode == "sparse")
