@@ -116,8 +116,13 @@ class DistillTrainConfig(TrainSettings):
     # between the batches that hold it; docs/results.md "96k pieces in 27 minutes").  For vocabularies
     # far past 96k.  Ignored (dense) under torchrun and with train.compile.
     sparse_embeddings: bool = False
+    # A new vocabulary's SentencePiece sample: this many sentences (both sides of a language-balanced
+    # sample of pairs), of which, in a language with both, this share from its general-domain rows
+    # (Pair.general; 0 = its rows uniformly, so general text in proportion to its number).
+    vocab_sentences: int = 200_000
+    vocab_general_share: float = 0.0
 
-    POSITIVE = (*TrainSettings.POSITIVE, "teacher_batch_size")
+    POSITIVE = (*TrainSettings.POSITIVE, "teacher_batch_size", "vocab_sentences")
 
     def validate(self) -> None:
         super().validate()
@@ -126,6 +131,10 @@ class DistillTrainConfig(TrainSettings):
         if self.checkpointing not in CHECKPOINTING:
             raise TinyglotError(f"unknown train.checkpointing {self.checkpointing!r}",
                                 f"choose one of: {', '.join(CHECKPOINTING)}")
+        if not 0.0 <= self.vocab_general_share <= 1.0:
+            raise TinyglotError(f"train.vocab_general_share must be in [0, 1], got {self.vocab_general_share}",
+                                "0 samples a language's rows uniformly; 0.4 takes 40 % of its sample from its "
+                                "general-domain rows")
         if self.checkpoint_above_tokens < 0:
             raise TinyglotError(f"train.checkpoint_above_tokens must be >= 0, got {self.checkpoint_above_tokens}",
                                 "use 0 to never checkpoint")

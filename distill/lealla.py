@@ -100,8 +100,8 @@ class LeallaTrainer:
             run_tokenizer(self.out, tokenizer, resume,
                           lambda: e5_vocabulary(train_g, vocab_size, seed=tc.seed)
                           if preset.student.init == "teacher-layers" else
-                          train_vocabulary(train_g, vocab_size, 200_000, seed=tc.seed,
-                                           char_share=tc.vocab_char_share))
+                          train_vocabulary(train_g, vocab_size, tc.vocab_sentences, seed=tc.seed,
+                                           char_share=tc.vocab_char_share, general_share=tc.vocab_general_share))
         self.ctx.barrier()
         tokenizer = Tokenizer.load(self.out / "tokenizer.model")
         check_tokenizer(tokenizer, [*train_g, PIVOT])

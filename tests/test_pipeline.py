@@ -463,7 +463,8 @@ def test_e5_profile_is_the_strong_teacher_path():
     train = cfg.student_preset().train
     assert train.batch_grouping == "source" and train.general_share == 0.4 and train.vocab_char_share == 0.125
     assert cfg.student_preset().student.init == "teacher"
-    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 96000
+    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 192000
+    assert train.vocab_sentences == 400_000 and train.vocab_general_share == 0.4
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
     with pytest.raises(TinyglotError, match="unknown peer"):
         load_config("e5", sets=["eval.peers=labse"])

@@ -100,6 +100,53 @@ def test_characters_the_whole_corpus_holds_are_pieces_not_unknown(small_pairs):
     assert UNK_ID in train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0).tokenize("鰻")
 
 
+def test_vocab_general_share_draws_the_sample_from_general_rows(small_pairs):
+    """train.vocab_general_share: in a language with both kinds of rows, that share of the vocabulary's
+    sample comes from its general-domain rows; a character that only the general rows hold (竜, in 3
+    of 103 Japanese rows) then enters the vocabulary, where the uniform sample leaves it out (<unk>)."""
+    from tinyglot.batching import _vocabulary_rows
+    from tinyglot.data.pairs import GENERAL_SRC_PREFIX
+
+    ja = [p for p in small_pairs if p.lang == "ja"]
+    general = [Pair("ja", f"竜が城へ来た{'。' * i}", f"the dragon came to the castle{'!' * i}",
+                    src=f"{GENERAL_SRC_PREFIX}saga") for i in range(1, 4)]
+    rows = [*ja, *general]
+    rng = np.random.default_rng(0)
+    picked = _vocabulary_rows(rows, 6, 0.5, rng)
+    assert len(set(picked.tolist())) == 6
+    assert sum(rows[i].general for i in picked) == 3
+    # too few general rows: all of them, the others fill in; no general rows: uniform
+    assert sum(rows[i].general for i in _vocabulary_rows(rows, 10, 0.9, rng)) == 3
+    assert len(_vocabulary_rows(ja, 20, 0.5, rng)) == 20
+    train = group_by_lang([*small_pairs, *general])
+    with_general = train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0, general_share=0.5)
+    uniform = train_vocabulary(train, vocab_size=8000, max_sentences=80, seed=0)
+    assert UNK_ID not in with_general.tokenize("竜")
+    assert UNK_ID in uniform.tokenize("竜")
+
+
+@pytest.mark.slow
+def test_a_sample_past_300k_sentences_keeps_its_last_languages():
+    """train_vocabulary's language-balanced sample goes whole to SentencePiece: Tokenizer.train once cut
+    every sample to its first 300,000 sentences, so a 400k sample (the languages in alphabetical order)
+    lost its last languages (measured: vi, tr, sv, sl segmented into characters).  Here de and es fill
+    the first 300,006 sentences and zh's 150,006 come after them."""
+    n = 75_001
+    words = ["alpha beta gamma delta", "one two three four five", "red green blue"]
+    train = {"de": [Pair("de", words[i % 3], words[(i + 1) % 3]) for i in range(n)],
+             "es": [Pair("es", words[i % 3], words[(i + 2) % 3]) for i in range(n)],
+             "zh": [Pair("zh", "竜が来た", "the dragon came") for _ in range(n)]}
+    tok = train_vocabulary(train, vocab_size=300, max_sentences=6 * n, seed=0)
+    assert UNK_ID not in tok.tokenize("竜が来た")
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_vocab_general_share_out_of_range_is_refused(share):
+    from tinyglot.distill.config import DistillTrainConfig
+    with pytest.raises(TinyglotError, match="vocab_general_share"):
+        DistillTrainConfig(vocab_general_share=share).validate()
+
+
 @pytest.mark.parametrize("share", [-0.1, 1.5])
 def test_vocab_char_share_out_of_range_is_refused(share):
     from tinyglot.trainloop import TrainSettings

@@ -60,22 +60,40 @@ def split_train_dev(
 
 def train_vocabulary(
     train: dict[str, list[Pair]], vocab_size: int, max_sentences: int, model_type: str = "unigram",
-    lowercase: bool = True, seed: int = 0, char_share: float = 0.0,
+    lowercase: bool = True, seed: int = 0, char_share: float = 0.0, general_share: float = 0.0,
 ) -> Tokenizer:
     """A SentencePiece vocabulary trained on a language-balanced sample of both sides; with
     ``char_share`` > 0 (``train.vocab_char_share``) it holds every character that the whole corpus holds
-    often enough (:func:`frequent_characters`), up to that share of its pieces."""
+    often enough (:func:`frequent_characters`), up to that share of its pieces; with ``general_share`` > 0
+    (``train.vocab_general_share``) that share of the sample of a language with both kinds of rows comes
+    from its general-domain rows (:attr:`Pair.general`)."""
     per_lang = max(1, max_sentences // (2 * len(train)))
     rng = np.random.default_rng(seed)
     sample: list[str] = []
     for lang in sorted(train):
         ps = train[lang]
-        for i in rng.permutation(len(ps))[:per_lang]:
+        for i in _vocabulary_rows(ps, per_lang, general_share, rng):
             sample += [ps[i].x, ps[i].en]
     chars = frequent_characters((s for ps in train.values() for p in ps for s in (p.x, p.en)),
                                 int(vocab_size * char_share), lowercase)
     return Tokenizer.train(sample, languages=[*train, PIVOT], vocab_size=vocab_size, model_type=model_type,
                            lowercase=lowercase, seed=seed, required_chars=chars)
+
+
+def _vocabulary_rows(pairs: list[Pair], n: int, general_share: float, rng: np.random.Generator) -> np.ndarray:
+    """``n`` distinct row indices of ``pairs`` drawn at random: uniformly, or with ``general_share`` of them
+    from the general-domain rows where there are both kinds (the rest from the others; a kind with too
+    few rows gives what it has and the other kind fills in)."""
+    if general_share <= 0:
+        return rng.permutation(len(pairs))[:n]
+    general = np.fromiter((p.general for p in pairs), dtype=bool, count=len(pairs))
+    if general.all() or not general.any():
+        return rng.permutation(len(pairs))[:n]
+    g_rows, o_rows = rng.permutation(np.flatnonzero(general)), rng.permutation(np.flatnonzero(~general))
+    n_general = min(len(g_rows), round(n * general_share))
+    n_other = min(len(o_rows), n - n_general)
+    n_general = min(len(g_rows), n - n_other)
+    return np.concatenate([g_rows[:n_general], o_rows[:n_other]])
 
 
 def check_tokenizer(tokenizer: Tokenizer, langs: list[str]) -> None:

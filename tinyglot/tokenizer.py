@@ -89,12 +89,12 @@ class Tokenizer:
         model_type: str = "unigram",
         lowercase: bool = True,
         character_coverage: float = 0.9995,
-        max_sentences: int = 300_000,
+        max_sentences: int | None = None,
         seed: int = 0,
         num_threads: int | None = None,
         required_chars: str = "",
     ) -> Tokenizer:
-        """Train a SentencePiece model on ``sentences`` (at most ``max_sentences`` are used).
+        """Train a SentencePiece model on ``sentences`` (the first ``max_sentences`` of them; None: all).
 
         ``vocab_size`` counts the language tokens too.  On a corpus too small for the requested
         size the vocabulary is smaller (SentencePiece's soft limit) rather than failing.
@@ -117,7 +117,7 @@ class Tokenizer:
                 f"vocab_size {vocab_size} is too small for {len(symbols)} language tokens",
                 f"use at least {len(symbols) + 100}",
             )
-        sample = [s for s in _take(sentences, max_sentences) if s.strip()]
+        sample = [s for s in (sentences if max_sentences is None else _take(sentences, max_sentences)) if s.strip()]
         if len(sample) < 10:
             raise TinyglotError(
                 f"only {len(sample)} non-empty sentences to train a vocabulary on",
