@@ -103,7 +103,7 @@ def test_characters_the_whole_corpus_holds_are_pieces_not_unknown(small_pairs):
 def test_vocab_general_share_draws_the_sample_from_general_rows(small_pairs):
     """train.vocab_general_share: in a language with both kinds of rows, that share of the vocabulary's
     sample comes from its general-domain rows; a character that only the general rows hold (竜, in 3
-    of 103 Japanese rows) then enters the vocabulary, where the uniform sample leaves it out (<unk>)."""
+    of 303 Japanese rows) then enters the vocabulary, where the uniform sample leaves it out (<unk>)."""
     from tinyglot.batching import _vocabulary_rows
     from tinyglot.data.pairs import GENERAL_SRC_PREFIX
 
