@@ -80,16 +80,25 @@ def train_vocabulary(
                            lowercase=lowercase, seed=seed, required_chars=chars)
 
 
+def general_mask(pairs: Sequence[Pair]) -> np.ndarray:
+    """Which of ``pairs`` are general-domain rows (:attr:`Pair.general`)."""
+    return np.fromiter((p.general for p in pairs), dtype=bool, count=len(pairs))
+
+
+def general_split(pairs: Sequence[Pair]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(indices of the general-domain rows, indices of the others) where ``pairs`` hold both kinds, else None."""
+    general = general_mask(pairs)
+    return (np.flatnonzero(general), np.flatnonzero(~general)) if general.any() and not general.all() else None
+
+
 def _vocabulary_rows(pairs: list[Pair], n: int, general_share: float, rng: np.random.Generator) -> np.ndarray:
     """``n`` distinct row indices of ``pairs`` drawn at random: uniformly, or with ``general_share`` of them
     from the general-domain rows where there are both kinds (the rest from the others; a kind with too
     few rows gives what it has and the other kind fills in)."""
-    if general_share <= 0:
+    split = general_split(pairs) if general_share > 0 else None
+    if split is None:
         return rng.permutation(len(pairs))[:n]
-    general = np.fromiter((p.general for p in pairs), dtype=bool, count=len(pairs))
-    if general.all() or not general.any():
-        return rng.permutation(len(pairs))[:n]
-    g_rows, o_rows = rng.permutation(np.flatnonzero(general)), rng.permutation(np.flatnonzero(~general))
+    g_rows, o_rows = rng.permutation(split[0]), rng.permutation(split[1])
     n_general = min(len(g_rows), round(n * general_share))
     n_other = min(len(o_rows), n - n_general)
     n_general = min(len(g_rows), n - n_other)
@@ -238,9 +247,9 @@ class BatchPlan:
         # per language: (indices of its general rows, of its other rows) where it has both
         self._domains: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if general_share > 0:
-            for li, general in enumerate(self._general_masks()):
-                if general.any() and not general.all():
-                    self._domains[li] = (np.flatnonzero(general), np.flatnonzero(~general))
+            for li, ps in enumerate(data.pairs):
+                if (split := general_split(ps)) is not None:
+                    self._domains[li] = split
         self._cache: tuple[int, list[np.ndarray]] | None = None
         self._sources: list[np.ndarray] | None = None
 
@@ -254,7 +263,7 @@ class BatchPlan:
 
     def _general_masks(self) -> list[np.ndarray]:
         """Per language, which of its rows are general-domain (:attr:`Pair.general`)."""
-        return [np.fromiter((p.general for p in ps), dtype=bool, count=len(ps)) for ps in self.data.pairs]
+        return [general_mask(ps) for ps in self.data.pairs]
 
     def _source_codes(self) -> list[np.ndarray]:
         """Per language, a code of each row's ``src`` (codes in the order of the sorted names); made once."""
