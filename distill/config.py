@@ -67,6 +67,17 @@ class LossConfig:
     margin: float = 0.3  # additive margin of the AMS loss (LaBSE)
     scale: float = 20.0  # AMS logits are scale * cos (cosines alone give a too-flat softmax)
     ld_temperature: float = 100.0
+    # The form of L_ld: "squared" is eq. 4 (with T = 100 and gamma = 1e-2 it is about 1e-6 of the loss);
+    # "softmax" is KL(p_t || p_s) between the teacher's and the student's softmax over each row (and each
+    # column) of the batch's similarity matrix, teacher logits ld_teacher_scale * cos, the student's
+    # scale * cos: the teacher's ranking of every in-batch candidate, not only which one is the positive.
+    # Measured on the e5 profile at 1,000 steps (gamma 1): +0.6 dev P@1, -0.1 / +0.3 / +0.2 / +0.6 on
+    # libreoffice / pretix / narrative / docs, within a run's noise, so the presets keep "squared"
+    # (docs/results.md, "288k pieces in a 4-bit table").
+    ld_form: str = "squared"
+    # e5-small's cosines are compressed (in-batch negatives 0.78 +- 0.03): at 50 its softmax keeps about
+    # 0.9 on the positive and spreads the rest over the nearest negatives.
+    ld_teacher_scale: float = 50.0
     # How f (student -> teacher dim, used by L_fd) starts: "least-squares" fits it to the teacher's
     # embeddings of the first pairs before step 1; "random" is the paper's. With beta = 1e3 a random f
     # makes L_fd ~500x L_ams at the start and pulls a teacher-pca student away from its initialisation.
@@ -84,6 +95,7 @@ class LossConfig:
 
     FD_INITS = ("least-squares", "random")
     FD_TARGETS = ("pair", "english")
+    LD_FORMS = ("squared", "softmax")
 
     def validate(self) -> None:
         if self.fd_warmup_steps < 0:
@@ -91,6 +103,8 @@ class LossConfig:
         if self.fd_target not in self.FD_TARGETS:
             raise TinyglotError(f"unknown loss.fd_target {self.fd_target!r}",
                                 f"choose one of: {', '.join(self.FD_TARGETS)}")
+        if self.ld_form not in self.LD_FORMS:
+            raise TinyglotError(f"unknown loss.ld_form {self.ld_form!r}", f"choose one of: {', '.join(self.LD_FORMS)}")
         if self.fd_init not in self.FD_INITS:
             raise TinyglotError(f"unknown loss.fd_init {self.fd_init!r}", f"choose one of: {', '.join(self.FD_INITS)}")
 

@@ -29,7 +29,7 @@ from tinyglot.training import (activation_bytes, free_device_bytes, load_checkpo
 
 from .cache import shared_teacher_embeddings
 from .config import DistillPreset
-from .losses import ams_loss, feature_distillation, logit_distillation
+from .losses import ams_loss, feature_distillation, logit_distillation, softmax_logit_distillation
 from .student import Student, init_from_teacher_pca, least_squares_head, save_student, teacher_input_embeddings
 from .teacher_init import (VocabularyEmbeddings, check_teacher_layers, describe, e5_layer_weights, e5_vocabulary,
                            init_from_vocabulary, vocabulary_embeddings)
@@ -280,10 +280,16 @@ class LeallaTrainer:
         ams = ams_loss(xs, ys, lc.margin, lc.scale, gather, n) if lc.ams else zero
         proj = model.fd_proj if model.fd_proj is not None else torch.nn.Identity()
         fd = feature_distillation(xt, yt, proj(xs), proj(ys), n) if lc.fd else zero
-        ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature, gather, n) if lc.ld else zero
+        ld = self._logit_distillation(xt, yt, xs, ys, gather, n) if lc.ld else zero
         loss = lc.alpha * ams + self.fd_weight(index // self.preset.train.grad_accum) * fd + lc.gamma * ld
         parts = {k: float(v.detach()) for k, v in (("loss", loss), ("ams", ams), ("fd", fd), ("ld", ld))}
         return {"loss": loss, "parts": parts, "pairs": n_global}
+
+    def _logit_distillation(self, xt, yt, xs, ys, gather, n) -> torch.Tensor:
+        lc = self.preset.loss
+        if lc.ld_form == "softmax":
+            return softmax_logit_distillation(xt, yt, xs, ys, lc.ld_teacher_scale, lc.scale, gather, n)
+        return logit_distillation(xt, yt, xs, ys, lc.ld_temperature, gather, n)
 
     def train(self, on_step: Callable[[int], None] | None = None) -> DistillResult:
         tc = self.preset.train

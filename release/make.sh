@@ -35,8 +35,9 @@ general=$home/$text
 [ -f "$general/SOURCES.json" ] || tinyglot data general --out "$general" --permissive-only "${skip[@]}" \
     --holdout ../shared/data/test
 # dropout 0.1 and a vocabulary from 200,000 sentences drawn uniformly: the released students were made so
-# (the e5 profile trains without dropout and samples 400,000 sentences, 40 % general, since 2026-11-29:
-# docs/results.md "No dropout in the e5 profile's student", "192k pieces, sampled like the batches")
+# (the e5 profile trains without dropout and samples 400,000 sentences, 40 % general, since 2026-11-29, and
+# 600,000 for its 288k pieces: docs/results.md "No dropout in the e5 profile's student", "192k pieces, sampled
+# like the batches", "288k pieces in a 4-bit table")
 tinyglot run --profile e5 --out "$out" "${student[@]}" \
     --set data.train=../shared/data/train.jsonl.gz --set data.permissive_only=true \
     --set data.general="$general/general-train.jsonl.gz" \

@@ -69,6 +69,24 @@ def test_each_loss_can_be_switched_off(small_pairs, tiny_teacher_dir, tmp_path, 
         assert all(r[k] > 0 for k in ("ams", "fd", "ld") if k != switch)
 
 
+def test_softmax_logit_distillation_is_what_the_trainer_optimises(small_pairs, tiny_teacher_dir, tmp_path):
+    # loss.ld_form = softmax: L_ld is the KL between the teacher's and the student's in-batch softmax, of the
+    # size of a cross-entropy, where eq. 4's squared cosine gap over T = 100 is ~1e-4 of it
+    runs = {}
+    for form in ("squared", "softmax"):
+        trainer = _trainer(small_pairs, tiny_teacher_dir, tmp_path / form, {"loss": {"ld_form": form, "gamma": 1.0},
+                                                                             "train": {"max_steps": 3}})
+        trainer.train()
+        runs[form] = _losses(tmp_path / form)
+        lc = trainer.preset.loss
+        for r in runs[form]:
+            assert r["loss"] == pytest.approx(lc.alpha * r["ams"] + lc.beta * r["fd"] + lc.gamma * r["ld"], rel=1e-5)
+    assert all(r["ld"] < 1e-3 for r in runs["squared"])
+    assert all(r["ld"] > 1e-2 for r in runs["softmax"])
+    with pytest.raises(TinyglotError, match="ld_form"):
+        get_preset("fast-tiny", {"loss": {"ld_form": "kl"}})
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_resume_after_interrupt_matches(small_pairs, tiny_teacher_dir, tmp_path, sparse):
     cache, over = tmp_path / "cache", {"train": {"sparse_embeddings": sparse}}

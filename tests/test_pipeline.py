@@ -463,8 +463,10 @@ def test_e5_profile_is_the_strong_teacher_path():
     train = cfg.student_preset().train
     assert train.batch_grouping == "source" and train.general_share == 0.4 and train.vocab_char_share == 0.125
     assert cfg.student_preset().student.init == "teacher"
-    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 192000
-    assert train.vocab_sentences == 400_000 and train.vocab_general_share == 0.4
+    assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 288000
+    assert train.vocab_sentences == 600_000 and train.vocab_general_share == 0.4
+    # the 288k-piece table ships in 4 bits (docs/results.md, "288k pieces in a 4-bit table")
+    assert [f"{f}-{q}" for f, q in cfg.export.formats] == ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
     with pytest.raises(TinyglotError, match="unknown peer"):
         load_config("e5", sets=["eval.peers=labse"])
