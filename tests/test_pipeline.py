@@ -109,7 +109,7 @@ def test_effective_settings_round_trip_through_toml(tmp_path):
     # a student started as e5-small's layers: e5-small as the teacher, per-channel int8 bundles
     (dict(sets=["distill.student=fast-e5-3"]), "starts as multilingual-e5-small's layers"),
     (dict(profile="e5", sets=["distill.student=fast-e5-3"]),
-     "export.formats onnx-dynamic, onnx-text-dynamic: ONNX int8 per tensor loses too much"),
+     "export.formats onnx-dynamic, onnx-text-dynamic-int4-embeddings: ONNX int8 per tensor loses too much"),
 ])
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(TinyglotError, match=re.escape(message)):
