@@ -135,6 +135,13 @@ class DistillTrainConfig(TrainSettings):
     # (Pair.general; 0 = its rows uniformly, so general text in proportion to its number).
     vocab_sentences: int = 200_000
     vocab_general_share: float = 0.0
+    # Word lists added to that sample (a folder of LANG.tsv, WORD<TAB>BUCKET, as `tinyglot data general`
+    # writes into OUT/words; "auto" = $TINYGLOT_HOME/general/words; "" = none): for each language of the
+    # corpus with a list, vocab_word_sentences lines of 12 words drawn by their frequency, so that the
+    # vocabulary holds the language's common words whole (and each starts from the teacher's embedding of
+    # it) where the corpus has too little text to make them pieces (docs/results.md, "Word lists").
+    vocab_words: str = ""
+    vocab_word_sentences: int = 3500
 
     POSITIVE = (*TrainSettings.POSITIVE, "teacher_batch_size", "vocab_sentences")
 
@@ -149,6 +156,9 @@ class DistillTrainConfig(TrainSettings):
             raise TinyglotError(f"train.vocab_general_share must be in [0, 1], got {self.vocab_general_share}",
                                 "0 samples a language's rows uniformly; 0.4 takes 40 % of its sample from its "
                                 "general-domain rows")
+        if self.vocab_word_sentences < 0:
+            raise TinyglotError(f"train.vocab_word_sentences must be >= 0, got {self.vocab_word_sentences}",
+                                "3500 lines of 12 words per language with a word list; 0 adds none")
         if self.checkpoint_above_tokens < 0:
             raise TinyglotError(f"train.checkpoint_above_tokens must be >= 0, got {self.checkpoint_above_tokens}",
                                 "use 0 to never checkpoint")

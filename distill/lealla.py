@@ -17,6 +17,7 @@ from tinyglot.batching import (PIVOT, BatchPlan, TokenizedPairs, check_tokenizer
 from tinyglot.tokcache import tokenized_corpus
 from tinyglot.config import to_dict
 from tinyglot.data import Pair
+from tinyglot.data.general import vocabulary_words
 from tinyglot.distributed import DistContext, data_parallel, init_distributed
 from tinyglot.errors import TinyglotError
 from tinyglot.evaluation import BitextResult, evaluate_bitext
@@ -101,7 +102,9 @@ class LeallaTrainer:
                           lambda: e5_vocabulary(train_g, vocab_size, seed=tc.seed)
                           if preset.student.init == "teacher-layers" else
                           train_vocabulary(train_g, vocab_size, tc.vocab_sentences, seed=tc.seed,
-                                           char_share=tc.vocab_char_share, general_share=tc.vocab_general_share))
+                                           char_share=tc.vocab_char_share, general_share=tc.vocab_general_share,
+                                           words=vocabulary_words(tc.vocab_words, train_g),
+                                           word_sentences=tc.vocab_word_sentences))
         self.ctx.barrier()
         tokenizer = Tokenizer.load(self.out / "tokenizer.model")
         check_tokenizer(tokenizer, [*train_g, PIVOT])

@@ -37,7 +37,8 @@ general=$home/$text
 # dropout 0.1 and a vocabulary from 200,000 sentences drawn uniformly: the released students were made so
 # (the e5 profile trains without dropout and samples 400,000 sentences, 40 % general, since 2026-11-29, and
 # 600,000 for its 288k pieces: docs/results.md "No dropout in the e5 profile's student", "192k pieces, sampled
-# like the batches", "288k pieces in a 4-bit table")
+# like the batches", "288k pieces in a 4-bit table"); no word lists in the sample (the profile's are
+# CC-BY-SA-4.0, and --permissive-only builds none: "Word lists in the vocabulary's sample")
 tinyglot run --profile e5 --out "$out" "${student[@]}" \
     --set data.train=../shared/data/train.jsonl.gz --set data.permissive_only=true \
     --set data.general="$general/general-train.jsonl.gz" \
@@ -46,6 +47,7 @@ tinyglot run --profile e5 --out "$out" "${student[@]}" \
     --set distill.overrides.train.general_share=0.2 \
     --set distill.overrides.student.dropout=0.1 \
     --set distill.overrides.train.vocab_sentences=200000 --set distill.overrides.train.vocab_general_share=0 \
+    --set distill.overrides.train.vocab_words= \
     --set export.formats=onnx-dynamic,onnx-text-"$quantize"   # the run evaluates the bundle the release ships
 tinyglot release --model "$out/distill/student" --name "$name" --card-data "release/$name.json" --formats "$formats" \
     --quantize "$quantize"

@@ -148,6 +148,13 @@ def po_text(entries: dict[str, str]) -> str:
     return 'msgid ""\nmsgstr "Content-Type: text/plain; charset=UTF-8\\n"\n\n' + body
 
 
+def wordfreq_list(*buckets: list[str]) -> bytes:
+    """A wordfreq 'cB' list: a header, then bucket 1, 2, ... (the words of frequency 10 ** (-b / 100))."""
+    import msgpack
+
+    return gzip.compress(msgpack.packb([{"format": "cB", "version": 1}, *buckets]))
+
+
 @pytest.fixture
 def cache(tmp_path: Path) -> Path:
     cache = tmp_path / "cache"
@@ -166,6 +173,15 @@ def cache(tmp_path: Path) -> Path:
     with zipfile.ZipFile(cache / "pypi" / "chatterbot_corpus-1.3.3-py2.py3-none-any.whl", "w") as whl:
         whl.writestr("chatterbot_corpus/data/german/greetings.yml", CHATTER)
         whl.writestr("chatterbot_corpus/data/hinglish/greetings.yml", CHATTER)
+    lists = {"de": wordfreq_list(["der", "1999", "..."], [], ["haus", "katze"]),
+             "el": wordfreq_list(["της", "τησ"], ["κόσμοσ"]), "en": wordfreq_list(["the"]),
+             "ja": wordfreq_list(["の"]), "ko": wordfreq_list(["그"])}
+    with zipfile.ZipFile(cache / "pypi" / "wordfreq-3.1.1-py3-none-any.whl", "w") as whl:
+        for lang, data in lists.items():
+            whl.writestr(f"wordfreq/data/small_{lang}.msgpack.gz", data)
+        whl.writestr("wordfreq/data/large_de.msgpack.gz", wordfreq_list(["nicht", "gelesen"]))
+        whl.writestr("wordfreq-3.1.1.dist-info/METADATA",
+                     "Metadata-Version: 2.1\nName: wordfreq\nLicense: Apache-2.0\n")
     return cache
 
 
@@ -499,6 +515,7 @@ def test_the_command_builds_into_out_and_reports_what_it_wrote(tmp_path, cache, 
     assert "[1/5] story (story-data 1:1.0-1)" in printed
     assert f"wrote {out / 'docs-test'}: 4 pairs in 1 languages" in " ".join(printed.split())
     assert f"wrote {out / 'general-train.jsonl.gz'}" in " ".join(printed.split())
+    assert f"wrote {out / 'words'}: word lists of 3 languages" in " ".join(printed.split())  # de, el, ko
     assert train_rows(out) and (out / "general-test" / "de.tsv").exists()
     record = bg.build_general(tmp_path / "again", cache, offline=True, min_test=2, log=lambda _: None)
     assert record["command"]["languages"] == sorted(record["command"]["languages"])  # type: ignore[index]
@@ -630,3 +647,52 @@ def test_cldr_annotations_pair_names_by_code_point_and_keep_short_phrases(tmp_pa
     assert {(r["lang"], r["en"], r["x"]) for r in rows if r["src"] == "cldr-annotations"} == cldr
     assert any(r["src"] == "fortunes-de" for r in rows)
     assert not any(r["x"] == "Kurz." for r in rows)  # the sources after it keep the build's word limit
+
+
+# ------------------------------------------------------------------------- word lists (train.vocab_words)
+
+
+def test_word_lists_are_written_cleaned_and_recorded(tmp_path, cache):
+    out = tmp_path / "out"
+    record = run(out, cache, words=bg.WORDLIST, languages=frozenset({"de", "el", "en", "ja", "fr"}))
+    # no list for English (the pivot), Japanese (no spaces between words) or a language not asked for (ko)
+    assert sorted(p.name for p in (out / bg.WORDS_FOLDER).iterdir()) == ["de.tsv", "el.tsv"]
+    # numbers and punctuation dropped, the order and buckets kept; Greek with its final sigma again
+    assert (out / "words" / "de.tsv").read_text(encoding="utf-8") == "der\t1\nhaus\t3\nkatze\t3\n"
+    assert bg.read_words(out / "words", ["de", "el", "fr"]) == {
+        "de": [("der", 1), ("haus", 3), ("katze", 3)], "el": [("της", 1), ("της", 1), ("κόσμος", 2)]}
+    words = record["words"]
+    assert words["license"] == "CC-BY-SA-4.0" and words["permissive"] is False  # type: ignore[index]
+    assert words["words_per_language"] == {"de": 3, "el": 3}  # type: ignore[index]
+    assert words["downloads"][0]["declared_license"] == "Apache-2.0"  # type: ignore[index]
+    assert json.loads((out / "SOURCES.json").read_text())["words"] == words
+    assert bg.clean_words([("a", 1), ("b", 2), ("c", 3)], "de", top=2) == [("a", 1), ("b", 2)]
+
+
+def test_no_word_lists_for_a_shipped_model_or_when_skipped(tmp_path, cache):
+    for kw in ({"permissive_only": True}, {"skip": ["wordfreq"]}, {}):
+        out = tmp_path / str(len(kw) and next(iter(kw)))
+        record = run(out, cache, **({"words": bg.WORDLIST} if kw else {}), **kw)
+        assert "words" not in record and not (out / bg.WORDS_FOLDER).exists()
+
+
+def test_word_list_errors_name_the_fix(tmp_path, cache, monkeypatch):
+    with pytest.raises(TinyglotError, match="(?s)no word lists at .*tinyglot data general"):
+        bg.read_words(tmp_path / "none", ["de"])
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "de.tsv").write_text("haus\tsehr\n", encoding="utf-8")
+    with pytest.raises(TinyglotError, match="not a word list"):
+        bg.read_words(bad, ["de"])
+    with pytest.raises(TinyglotError, match="not a wordfreq"):
+        bg.read_wordfreq(gzip.compress(b"\x93\x01\x02\x03"))
+    assert bg.vocabulary_words("", ["de"]) is None
+    home = tmp_path / "home"
+    monkeypatch.setenv("TINYGLOT_HOME", str(home))
+    with pytest.raises(TinyglotError, match=f"no word lists at {home / 'general' / 'words'}"):
+        bg.vocabulary_words("auto", ["de"])
+    run(home / "general", cache, words=bg.WORDLIST)  # what `tinyglot data general` writes there
+    assert bg.vocabulary_words("auto", ["de", "fr"]) == {"de": [("der", 1), ("haus", 3), ("katze", 3)]}
+    (cache / "pypi" / "wordfreq-3.1.1-py3-none-any.whl").unlink()
+    with pytest.raises(TinyglotError, match="wordfreq"):
+        run(tmp_path / "out", cache, words=bg.WORDLIST)

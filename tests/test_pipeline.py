@@ -110,6 +110,9 @@ def test_effective_settings_round_trip_through_toml(tmp_path):
     (dict(sets=["distill.student=fast-e5-3"]), "starts as multilingual-e5-small's layers"),
     (dict(profile="e5", sets=["distill.student=fast-e5-3"]),
      "export.formats onnx-dynamic, onnx-text-dynamic-int4-embeddings: ONNX int8 per tensor loses too much"),
+    # a student to ship (permissive data only) is not made with the profile's CC-BY-SA word lists
+    (dict(profile="e5", sets=["data.permissive_only=true"]),
+     "data.permissive_only, but the new vocabulary's sample takes word lists"),
 ])
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(TinyglotError, match=re.escape(message)):
@@ -465,6 +468,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.student_preset().student.init == "teacher"
     assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 288000
     assert train.vocab_sentences == 600_000 and train.vocab_general_share == 0.4
+    assert train.vocab_words == "auto" and train.vocab_word_sentences == 3500  # wordfreq's lists in the sample
     # the 288k-piece table ships in 4 bits (docs/results.md, "288k pieces in a 4-bit table")
     assert [f"{f}-{q}" for f, q in cfg.export.formats] == ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
@@ -522,6 +526,11 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
         (general_test / f"{lang}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     sets += [f"data.general={_general_corpus(tmp_path / 'general.jsonl.gz')}", "data.general_max_per_lang=5",
              f"data.tests=general={general_test}"]
+    # the profile's word lists (train.vocab_words; `tinyglot data general` writes them into OUT/words)
+    words = tmp_path / "words"
+    words.mkdir()
+    (words / "de.tsv").write_text("zauberschwert\t250\ndrachenhort\t260\nder\t150\n", encoding="utf-8")
+    sets += [f"distill.overrides.train.vocab_words={words}", "distill.overrides.train.vocab_word_sentences=200"]
     args = [sys.executable, "-m", "tinyglot", "run", "--profile", "e5", "--out", str(tmp_path / "run")]
     for item in sets:
         args += ["--set", item]
@@ -541,6 +550,10 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     assert all({r["lang"] for r in m["result"]["languages"]} == {"de", "fr"} for m in general["models"])
     assert "## P@1 on every test set" in report and "### general: P@1 per language" in report
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run
+    from tinyglot.tokenizer import Tokenizer
+
+    vocabulary = Tokenizer.load(tmp_path / "run" / "distill" / "tokenizer.model")
+    assert len(vocabulary.tokenize("zauberschwert")) == 1  # a listed word the corpus never shows: one piece
     # the scores of fixed models (the peers, and the teacher, which is one) are kept in TINYGLOT_HOME for every
     # later run folder; the run's own models in the run
     fixed_rows = [m["result"] for m in results["models"] if m["kind"] in ("peer", "teacher")]

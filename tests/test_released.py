@@ -173,6 +173,7 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     made = load_config("e5", sets=sets).student_preset()
     assert made.student.dropout == 0.1
     assert made.train.vocab_sentences == 200_000 and made.train.vocab_general_share == 0
+    assert made.train.vocab_words == ""  # the profile's word lists are CC-BY-SA: not in a shipped student
     formats = recipe.split("formats=", 1)[1].split()[0].rstrip(";")
     quantize = recipe.split("quantize=", 1)[1].split()[0].rstrip(";") if "quantize=" in recipe else "dynamic"
     manifest = json.loads((PACKAGE_ROOT / name / MANIFEST).read_text(encoding="utf-8"))

@@ -125,6 +125,37 @@ def test_vocab_general_share_draws_the_sample_from_general_rows(small_pairs):
     assert UNK_ID in uniform.tokenize("竜")
 
 
+def test_word_lists_put_a_languages_common_words_into_the_vocabulary(small_pairs):
+    """train.vocab_words: lines of each language's listed words, drawn by frequency, join the sample, so
+    that words the corpus never shows (German words of a story, not of software) become whole pieces;
+    a language without a list, or English, is sampled as before."""
+    from tinyglot.batching import WORDS_SALT, word_lines
+
+    story = ["drache", "schwert", "königin", "wanderte", "gebirge", "zauberin"]
+    words = {"de": [(w, 300 + 10 * i) for i, w in enumerate(story)] + [("selten", 900)],
+             "en": [("dragon", 300)], "xx": [("nirgends", 300)]}
+    lines = word_lines(words["de"], 4000, np.random.default_rng(0))
+    counts = {w: sum(line.split().count(w) for line in lines) for w in (*story, "selten")}
+    assert len(lines) == 4000 and all(len(line.split()) == 12 for line in lines)
+    assert counts["drache"] > counts["schwert"] > counts["zauberin"] > 20 * counts["selten"]  # by frequency
+    train = group_by_lang(small_pairs)
+    kw = {"vocab_size": 2000, "max_sentences": 400, "seed": 0}
+    listed = train_vocabulary(train, **kw, words=words, word_sentences=300)
+    plain = train_vocabulary(train, **kw)
+    assert all(len(listed.tokenize(w)) == 1 for w in story[:4])
+    assert sum(len(plain.tokenize(w)) for w in story[:4]) > 4
+    assert len(listed.tokenize("dragon")) == len(plain.tokenize("dragon"))  # no list for English
+    assert train_vocabulary(train, **kw, words=words, word_sentences=0).sha256 == plain.sha256
+    again = train_vocabulary(train, **kw, words=words, word_sentences=300)
+    assert again.sha256 == listed.sha256 and WORDS_SALT != 0  # seeded, apart from the sample's draws
+
+
+def test_vocab_word_sentences_below_zero_is_refused():
+    from tinyglot.distill.config import DistillTrainConfig
+    with pytest.raises(TinyglotError, match="vocab_word_sentences"):
+        DistillTrainConfig(vocab_word_sentences=-1).validate()
+
+
 @pytest.mark.slow
 def test_a_sample_past_300k_sentences_keeps_its_last_languages():
     """train_vocabulary's language-balanced sample goes whole to SentencePiece: Tokenizer.train once cut

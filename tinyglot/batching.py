@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,12 +61,15 @@ def split_train_dev(
 def train_vocabulary(
     train: dict[str, list[Pair]], vocab_size: int, max_sentences: int, model_type: str = "unigram",
     lowercase: bool = True, seed: int = 0, char_share: float = 0.0, general_share: float = 0.0,
+    words: Mapping[str, Sequence[tuple[str, int]]] | None = None, word_sentences: int = 0,
 ) -> Tokenizer:
     """A SentencePiece vocabulary trained on a language-balanced sample of both sides; with
     ``char_share`` > 0 (``train.vocab_char_share``) it holds every character that the whole corpus holds
     often enough (:func:`frequent_characters`), up to that share of its pieces; with ``general_share`` > 0
     (``train.vocab_general_share``) that share of the sample of a language with both kinds of rows comes
-    from its general-domain rows (:attr:`Pair.general`)."""
+    from its general-domain rows (:attr:`Pair.general`); with ``words`` (``train.vocab_words``: language
+    -> (word, wordfreq bucket), most frequent first) the sample also holds :func:`word_lines` of each
+    language of ``train`` that has a list."""
     per_lang = max(1, max_sentences // (2 * len(train)))
     rng = np.random.default_rng(seed)
     sample: list[str] = []
@@ -74,10 +77,29 @@ def train_vocabulary(
         ps = train[lang]
         for i in _vocabulary_rows(ps, per_lang, general_share, rng):
             sample += [ps[i].x, ps[i].en]
+    if words and word_sentences:
+        word_rng = np.random.default_rng(seed + WORDS_SALT)
+        for lang in sorted(train):
+            if words.get(lang):
+                sample += word_lines(words[lang], word_sentences, word_rng)
     chars = frequent_characters((s for ps in train.values() for p in ps for s in (p.x, p.en)),
                                 int(vocab_size * char_share), lowercase)
     return Tokenizer.train(sample, languages=[*train, PIVOT], vocab_size=vocab_size, model_type=model_type,
                            lowercase=lowercase, seed=seed, required_chars=chars)
+
+
+WORDS_SALT = 7  # the word lines' generator: seeded apart from the sample's
+WORD_LINE_LENGTH = 12
+
+
+def word_lines(words: Sequence[tuple[str, int]], n: int, rng: np.random.Generator,
+               length: int = WORD_LINE_LENGTH) -> list[str]:
+    """``n`` lines of ``length`` words, each drawn from ``words`` ((word, wordfreq bucket): frequency
+    ``10 ** (-bucket / 100)``) by its frequency: text with the language's word frequencies and no
+    sentences, for a vocabulary's sample."""
+    p = 10.0 ** (-np.asarray([bucket for _, bucket in words], dtype=np.float64) / 100.0)
+    idx = rng.choice(len(words), size=(n, length), p=p / p.sum())
+    return [" ".join(words[i][0] for i in row) for row in idx]
 
 
 def general_mask(pairs: Sequence[Pair]) -> np.ndarray:

@@ -748,6 +748,104 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- word lists (vocabulary)
+
+# Word-frequency lists for a new vocabulary's sample (train.vocab_words): wordfreq's "small" lists
+# (Wikipedia, subtitles, news, books, web text and more; about 40 languages). Its data is CC-BY-SA-4.0 (its
+# code Apache-2.0), so a model that is shipped (--permissive-only) is made without them.
+WORDS_FOLDER = "words"
+WORDS_SOURCE = "wordfreq"  # the name --skip takes
+WORDLIST = "wordfreq==3.1.1"
+WORDLIST_LICENSE = "CC-BY-SA-4.0"
+WORDLIST_MEMBERS = r"^wordfreq/data/small_[a-z]+\.msgpack\.gz$"
+WORDLIST_TOP = 30_000  # words kept per language, the most frequent first
+# no list for the pivot (half of every vocabulary sample is English already) nor for languages written
+# without spaces between words, whose lists cannot become text
+WORDLIST_SKIP = frozenset({"en", "ja", "zh"})
+_NOT_A_WORD = re.compile(r"[\d\W]+")
+_FINAL_SIGMA = re.compile(r"σ\b")
+
+
+def read_wordfreq(data: bytes) -> list[tuple[str, int]]:
+    """(word, bucket) of a wordfreq ``cB`` list (gzip'd msgpack), most frequent first: bucket ``b`` holds
+    the words of frequency ``10 ** (-b / 100)``."""
+    import msgpack
+
+    try:
+        table = msgpack.unpackb(gzip.decompress(data), raw=False)
+    except (OSError, ValueError, msgpack.UnpackException) as exc:
+        raise TinyglotError(f"not a wordfreq list: {exc}", "delete the wheel from the cache and run again") from exc
+    if not isinstance(table, list) or not table or not isinstance(table[0], dict) or table[0].get("format") != "cB":
+        raise TinyglotError("not a wordfreq 'cB' list", "delete the wheel from the cache and run again")
+    return [(word, bucket) for bucket, words in enumerate(table[1:], 1) for word in words]
+
+
+def clean_words(words: Iterable[tuple[str, int]], lang: str, top: int = WORDLIST_TOP) -> list[tuple[str, int]]:
+    """The first ``top`` of ``words`` that are words (not numbers or punctuation); Greek with its final
+    sigma (wordfreq case-folds ``ς`` to ``σ``)."""
+    kept: list[tuple[str, int]] = []
+    for word, bucket in words:
+        if _NOT_A_WORD.fullmatch(word):
+            continue
+        kept.append((_FINAL_SIGMA.sub("ς", word) if lang == "el" else word, bucket))
+        if len(kept) >= top:
+            break
+    return kept
+
+
+def build_words(out: Path, cache: Path, offline: bool, languages: frozenset[str] | None,
+                requirement: str = WORDLIST) -> dict[str, object]:
+    """``out/words/LANG.tsv`` (``word<TAB>bucket``, most frequent first) from the wordfreq wheel, for each
+    language it has a list of (by its exact code) that ``languages`` holds, but not :data:`WORDLIST_SKIP`;
+    returns their record for SOURCES.json."""
+    path = fetch_pypi(requirement, cache, offline)
+    files = read_wheel(path, rf"(?:{WORDLIST_MEMBERS})|^[^/]+\.dist-info/METADATA$")
+    metadata = [files.pop(n) for n in sorted(files) if n.endswith(".dist-info/METADATA")]
+    lists: dict[str, list[tuple[str, int]]] = {}
+    for member, data in files.items():
+        lang = member.rsplit("/", 1)[-1].removeprefix("small_").removesuffix(".msgpack.gz")
+        if lang not in WORDLIST_SKIP and (languages is None or lang in languages):
+            lists[lang] = clean_words(read_wordfreq(data), lang)
+    with atomic_folder(out / WORDS_FOLDER) as folder:
+        for lang, words in sorted(lists.items()):
+            (folder / f"{lang}.tsv").write_text("".join(f"{w}\t{b}\n" for w, b in words), encoding="utf-8")
+    download = Download(requirement.partition("==")[0], path.name.split("-")[1], path.name, sha256_file(path),
+                        wheel_license(metadata[0]) if metadata else "")
+    return {"name": WORDS_SOURCE, "folder": WORDS_FOLDER, "license": WORDLIST_LICENSE,
+            "permissive": is_permissive(WORDLIST_LICENSE), "top": WORDLIST_TOP, "downloads": [vars(download)],
+            "words_per_language": {lang: len(w) for lang, w in sorted(lists.items())}}
+
+
+def vocabulary_words(setting: str, languages: Iterable[str]) -> dict[str, list[tuple[str, int]]] | None:
+    """The word lists that ``train.vocab_words`` names, of ``languages``: none for ``""``, those of
+    ``$TINYGLOT_HOME/general/words`` for ``"auto"``, else those of the folder it names."""
+    if not setting:
+        return None
+    return read_words(default_out() / WORDS_FOLDER if setting == "auto" else Path(setting), languages)
+
+
+def read_words(folder: str | Path, languages: Iterable[str]) -> dict[str, list[tuple[str, int]]]:
+    """The word lists of ``languages`` in ``folder`` (``LANG.tsv``, as :func:`build_words` writes them);
+    a language without a file has none."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TinyglotError(f"train.vocab_words: no word lists at {folder}",
+                            "run `tinyglot data general` (it writes them into OUT/words), or train the "
+                            "vocabulary without them: --set train.vocab_words= (tinyglot run: --set "
+                            "distill.overrides.train.vocab_words=)")
+    lists: dict[str, list[tuple[str, int]]] = {}
+    for lang in sorted(set(languages)):
+        path = folder / f"{lang}.tsv"
+        if path.is_file():
+            rows = [line.rsplit("\t", 1) for line in path.read_text(encoding="utf-8").splitlines() if line]
+            try:
+                lists[lang] = [(word, int(bucket)) for word, bucket in rows]
+            except ValueError as exc:
+                raise TinyglotError(f"{path}: not a word list ({exc})",
+                                    "each line is WORD<TAB>BUCKET; run `tinyglot data general` again") from exc
+    return lists
+
+
 # -------------------------------------------------------------------------------------------- building
 
 
@@ -926,14 +1024,16 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
           languages: frozenset[str] | None = None, permissive_only: bool = False, max_english: int = 60_000,
           max_mono: int = 40_000, max_rows: int = 300_000, max_source_rows: int = 120_000, min_test: int = 300,
           max_test: int = 1000,
-          holdout: Sequence[Path] = (), skip: Sequence[str] = (), log: Callable[[str], None] = print
-          ) -> dict[str, object]:
-    """Build everything into ``out``; returns the record written to ``out/SOURCES.json``."""
+          holdout: Sequence[Path] = (), skip: Sequence[str] = (), log: Callable[[str], None] = print,
+          words: str | None = None) -> dict[str, object]:
+    """Build everything into ``out``; returns the record written to ``out/SOURCES.json``.  ``words``: the
+    pinned wordfreq requirement whose lists go into ``out/words`` (None: none; not with ``permissive_only``,
+    nor when ``skip`` names :data:`WORDS_SOURCE`)."""
     started = time.monotonic()
-    unknown = sorted(set(skip) - {s.name for s in sources})
+    unknown = sorted(set(skip) - {s.name for s in sources} - ({WORDS_SOURCE} if words else set()))
     if unknown:
         raise TinyglotError(f"--skip names no source: {', '.join(unknown)}",
-                            f"pick from {', '.join(s.name for s in sources)}")
+                            f"pick from {', '.join([s.name for s in sources] + ([WORDS_SOURCE] if words else []))}")
     for path in holdout:  # checked before minutes of downloads and extraction
         if not path.exists():
             raise TinyglotError(f"--holdout {path} not found", "pass the test folder or TSV file whose sentences "
@@ -1002,6 +1102,14 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         } for got in collected],
         "seconds": round(time.monotonic() - started, 1),
     }
+    if words and not permissive_only and WORDS_SOURCE not in skip:
+        t0 = time.monotonic()
+        word_record = build_words(out, cache, offline, languages, words)
+        record["words"] = word_record
+        per_lang: dict = word_record["words_per_language"]  # type: ignore[assignment]
+        log(f"[words] {words}: {len(per_lang)} languages (up to {WORDLIST_TOP:,} words each), "
+            f"{time.monotonic() - t0:.1f} s")
+    record["seconds"] = round(time.monotonic() - started, 1)
     atomic_write_json(out / "SOURCES.json", record)
     return record
 
@@ -1040,4 +1148,4 @@ def build_general(out: Path | None = None, cache: Path | None = None, *, languag
                  sources=SOURCES if sources is None else sources, offline=offline, seed=seed, languages=codes,
                  permissive_only=permissive_only, max_english=max_english, max_mono=max_mono, max_rows=max_rows,
                  max_source_rows=max_source_rows, min_test=min_test, max_test=max_test,
-                 holdout=[Path(p) for p in holdout], skip=list(skip), log=log)
+                 holdout=[Path(p) for p in holdout], skip=list(skip), log=log, words=WORDLIST)

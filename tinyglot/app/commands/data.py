@@ -111,6 +111,10 @@ def cmd_data_general(args: argparse.Namespace) -> int:
         per_lang = test["pairs_per_language"]
         say(f"wrote {out / test['folder']}: {sum(per_lang.values()):,} pairs in {len(per_lang)} languages "
             f"(mean {test['mean_english_words']} English words)")
+    if "words" in record:
+        words: dict = record["words"]  # type: ignore[assignment]
+        say(f"wrote {out / words['folder']}: word lists of {len(words['words_per_language'])} languages "
+            f"(a new vocabulary's sample: train.vocab_words)")
     say(f"wrote {out / 'SOURCES.json'} ({record['seconds']} s)")
     return 0
 
@@ -195,5 +199,5 @@ def register(sub) -> None:
     p.add_argument("--holdout", type=Path, action="append", default=[], metavar="PATH",
                    help="TSV test files or folders whose sentences training must not contain (repeatable)")
     p.add_argument("--skip", action="append", default=[], metavar="SRC",
-                   help="leave a source out (repeatable)")
+                   help="leave a source out (repeatable); wordfreq: no word lists")
     p.set_defaults(func=cmd_data_general)

@@ -273,6 +273,11 @@ class PipelineConfig:
 
             teacher_preset(self.teacher.preset, self.teacher.overrides)
         student = self.student_preset()
+        if self.data.permissive_only and getattr(student.train, "vocab_words", None) and not self.distill.tokenizer:
+            raise TinyglotError("data.permissive_only, but the new vocabulary's sample takes word lists "
+                                "(distill.overrides.train.vocab_words): wordfreq's, CC-BY-SA-4.0",
+                                "--set distill.overrides.train.vocab_words= (as release/make.sh does), or give "
+                                "distill.tokenizer")
         self._check_student_file("assistant", True, Path.is_dir,
                                  "LEALLA preset (only multi-stage students have an assistant)",
                                  "leave distill.assistant empty, or pick a multi-stage student (ms-...)",
@@ -448,13 +453,18 @@ PROFILES: dict[str, dict[str, Any]] = {
         # 65.9 / 97.9, 7-21 % faster bundles (fewer tokens), 53 MB int8 (docs/results.md, "192k pieces")
         # then 288k pieces from a 600k sample: at 4,000 steps +0.0 / +0.3 / +1.7 / +0.3, the bundles about as
         # fast; its token table in 4 bits (onnx-text-dynamic-int4-embeddings, P@1 within 0.1 of int8) makes it
-        # 43 MB, smaller than the 192k int8 bundle (docs/results.md, "288k pieces in a 4-bit table")
+        # 43 MB, smaller than the 192k int8 bundle (docs/results.md, "288k pieces in a 4-bit table");
+        # then wordfreq's word lists in the vocabulary's sample (vocab_words, 3,500 lines of 12 words for each
+        # language with a list; whole pieces that start from e5's embedding of the word): at 1,000 steps -0.1 /
+        # +0.4 / +3.4 / +1.3, at 4,000 99.2 / 98.1 / 69.8 / 98.5 with the 4-bit table (docs/results.md, "Word
+        # lists in the vocabulary's sample")
         "distill": {"student": "fast-small", "max_steps": 4000, "vocab_size": 288000,
                     "overrides": {"student": {"dropout": 0.0},
                                   "train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
                                             "dev_pairs_per_lang": 50, "batch_grouping": "source",
                                             "general_share": 0.4, "vocab_char_share": 0.125,
-                                            "vocab_sentences": 600_000, "vocab_general_share": 0.4}}},
+                                            "vocab_sentences": 600_000, "vocab_general_share": 0.4,
+                                            "vocab_words": "auto"}}},
         "export": {"formats": ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]},
         "eval": {"peers": ["use-m"]},
     },
