@@ -8,8 +8,9 @@ that the machine's drift hits all of them alike:
 - ``foreach``: ``torch.optim.AdamW``'s default implementation (a loop of ops per tensor; the training
   loop's optimizer before 2026-11-28);
 - ``fused``: the same AdamW in one kernel (``fused=True``; the training loop's optimizer now);
-- ``sparse``: the token table's gradient as the batch's rows only, stepped lazily
-  (``train.sparse_embeddings``; :class:`tinyglot.trainloop.LazyAdamW`).
+- ``sparse``: the token table's gradient as the batch's rows only, stepped lazily, each row caught up
+  to AdamW's weights before a batch reads it (``train.sparse_embeddings``;
+  :class:`tinyglot.trainloop.LazyAdamW`).
 
 ``--modes`` picks some of them; ``--dropouts 0.1,0`` builds each mode's student once per dropout (hidden
 states and attention probabilities; the preset's own by default), timed in the same alternation: the e5
@@ -101,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             torch.manual_seed(0)
             model = Student(replace(shape, vocab_size=vocab, dropout=dropout), None).train()
             model.set_sparse_embeddings(mode == "sparse")
-            runs[name] = (model, LazyAdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=mode == "fused"))
+            opt = LazyAdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=mode == "fused")
+            if mode == "sparse":  # as the training loop does: the batch's rows catch up before it reads them
+                opt.watch(model.encoder.embeddings.word_embeddings)
+            runs[name] = (model, opt)
         gen = torch.Generator().manual_seed(1)
         times: dict[str, list[float]] = {name: [] for name in names}
         for round_ in range(args.rounds + 1):

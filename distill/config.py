@@ -123,12 +123,13 @@ class DistillTrainConfig(TrainSettings):
     # length, both sides); 0 = never. The longest batches (128 sentences x 120 tokens) otherwise need
     # ~8 GB for lealla-small's 24 layers. Not used on CUDA.
     checkpoint_above_tokens: int = 6144
-    # The token table's gradient as the batch's rows only, stepped lazily (tinyglot.trainloop.LazyAdamW):
-    # a step costs the same at any vocabulary size, where a dense table costs every step in proportion
-    # to its rows.  Off by default: the e5 profile at 96k pieces ran in 23 instead of 27 minutes with it
-    # (fused AdamW) but lost 0.8 P@1 on narrative text and 1.6 on dev (a row is not moved by its momentum
-    # between the batches that hold it; docs/results.md "96k pieces in 27 minutes").  For vocabularies
-    # far past 96k.  Ignored (dense) under torchrun and with train.compile.
+    # The token table's gradient as the batch's rows only (tinyglot.trainloop.LazyAdamW): a step costs
+    # the batch's rows at any vocabulary size, where a dense table costs every step in proportion to its
+    # rows; the other rows catch up to AdamW's weights (their momentum moves and weight decay, summed in
+    # closed form) before a batch reads them and at every evaluation and checkpoint, so the run is AdamW's.
+    # The e5 profile's 288k table: the same dev P@1 within 0.05 at 1,000 steps, 32 % less time a step
+    # (docs/results.md, "AdamW's token table at the cost of the batch's rows").  Off by default: the
+    # default pipeline's 8k tables gain nothing.  Ignored (dense) under torchrun and with train.compile.
     sparse_embeddings: bool = False
     # A new vocabulary's SentencePiece sample: this many sentences (both sides of a language-balanced
     # sample of pairs), of which, in a language with both, this share from its general-domain rows

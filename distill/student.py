@@ -47,7 +47,8 @@ class Student(nn.Module):
 
     def set_sparse_embeddings(self, on: bool) -> None:
         """Sparse gradients for the token table (the rows of the batch only; the training loop's
-        LazyAdamW steps those rows): a step then costs the same at any vocabulary size."""
+        LazyAdamW steps those rows and catches the others up to AdamW's weights): a step then costs the
+        same at any vocabulary size."""
         self.encoder.embeddings.word_embeddings.sparse = on
 
     def set_checkpointing(self, on: bool) -> None:

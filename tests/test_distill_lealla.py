@@ -102,14 +102,16 @@ def test_resume_after_interrupt_matches(small_pairs, tiny_teacher_dir, tmp_path,
     full = torch.load(tmp_path / "full" / "last.pt", weights_only=True)
     a, b = full["model"], torch.load(tmp_path / "cut" / "last.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
-    # the rows of pieces no batch held: lazy (sparse) steps leave them as they started, dense AdamW decays them
+    # the rows of pieces no batch held: AdamW's weight decay alone, the same factor for every one of them
+    # (dense AdamW steps them all; the sparse table's rows catch up at the checkpoint)
     key = "encoder.embeddings.word_embeddings.weight"
     start = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "start", over, cache=cache).initial_model()[0]
     seen = next(s["exp_avg_sq"] for s in full["optimizer"]["state"].values()
                 if s["exp_avg_sq"].shape == a[key].shape).abs().sum(dim=1) > 0
     unseen_start, unseen_end = start.state_dict()[key][~seen], a[key][~seen]
     assert 0 < int((~seen).sum()) < len(seen) and unseen_start.abs().sum() > 0
-    assert torch.equal(unseen_end, unseen_start) == sparse
+    factor = float(unseen_end.flatten()[0] / unseen_start.flatten()[0])
+    assert 0.99 < factor < 1 and torch.allclose(unseen_end, unseen_start * factor, rtol=1e-5, atol=1e-9)
     # byte-reproducible: the resumed checkpoint is the uninterrupted one, byte for byte
     assert (tmp_path / "full" / "last.pt").read_bytes() == (tmp_path / "cut" / "last.pt").read_bytes()
 

@@ -469,6 +469,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 288000
     assert train.vocab_sentences == 600_000 and train.vocab_general_share == 0.4
     assert train.vocab_words == "auto" and train.vocab_word_sentences == 3500  # wordfreq's lists in the sample
+    assert train.sparse_embeddings  # the 288k table stepped in the batch's rows, caught up to AdamW's
     # the 288k-piece table ships in 4 bits (docs/results.md, "288k pieces in a 4-bit table")
     assert [f"{f}-{q}" for f, q in cfg.export.formats] == ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests

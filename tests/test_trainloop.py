@@ -225,17 +225,35 @@ def test_out_of_memory_step_is_retried_once_when_the_handler_acts(tmp_path):
     assert loop.step == 0
 
 
-def _embedding_steps(sparse: bool, batches: list[torch.Tensor], optimizer=None) -> tuple[torch.Tensor, dict]:
-    """A table of 6 rows x 3 trained by LazyAdamW (with weight decay) through clip_grad_norm."""
+def _embedding_steps(sparse: bool, batches: list[torch.Tensor], optimizer=None, rows: int = 6, lr: float = 0.1,
+                     schedule=None, flush: bool = True, dtype=torch.float32,
+                     resume: tuple[torch.Tensor, dict] | None = None) -> tuple[torch.Tensor, dict]:
+    """A table of ``rows`` x 3 trained by LazyAdamW (with weight decay) through clip_grad_norm, its
+    rows caught up as the training loop does (watched, flushed at the end); the weights and the
+    optimizer's state_dict.  ``resume``: weights and state_dict to start from.  The loss is linear in
+    the rows, so the gradients do not depend on the weights and two optimizers' paths compare to float
+    precision (a loss that converges amplifies rounding, and makes rows' gradients small enough for
+    ``eps`` to count)."""
     torch.manual_seed(0)
-    emb = torch.nn.Embedding(6, 3, sparse=sparse)
-    opt = (optimizer or LazyAdamW)(emb.parameters(), lr=0.1, weight_decay=0.1)
+    emb = torch.nn.Embedding(rows, 3, sparse=sparse, dtype=dtype)
+    target = torch.randn(rows, 3, dtype=dtype)
+    opt = (optimizer or LazyAdamW)(emb.parameters(), lr=lr, weight_decay=0.1)
+    if resume is not None:
+        with torch.no_grad():
+            emb.weight.copy_(resume[0])
+        opt.load_state_dict(resume[1])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, schedule or (lambda step: 1.0))
+    if sparse:
+        opt.watch(emb)
     for ids in batches:
         opt.zero_grad(set_to_none=True)
-        emb(ids).pow(2).sum().mul(3).backward()
+        (emb(ids) * target[ids]).sum().mul(3).backward()
         clip_grad_norm(list(emb.parameters()), 1.0)
         opt.step()
-    return emb.weight.detach().clone(), opt.state[emb.weight]
+        scheduler.step()
+    if sparse and flush:
+        opt.flush()
+    return emb.weight.detach().clone(), opt.state_dict()
 
 
 def test_lazy_adamw_equals_adamw_on_rows_every_batch_holds():
@@ -243,20 +261,89 @@ def test_lazy_adamw_equals_adamw_on_rows_every_batch_holds():
     batches = [torch.tensor([[0, 1, 2, 3, 4, 5, 5, 2]]), torch.tensor([[5, 4, 3, 2, 1, 0, 0, 0]])] * 3
     lazy, lazy_state = _embedding_steps(True, batches)
     dense, dense_state = _embedding_steps(False, batches, torch.optim.AdamW)
+    lazy_state, dense_state = lazy_state["state"][0], dense_state["state"][0]
     assert torch.allclose(lazy, dense, atol=1e-6)
     for key in ("exp_avg", "exp_avg_sq", "step"):
         assert torch.allclose(lazy_state[key], dense_state[key], atol=1e-7)
 
 
-def test_lazy_adamw_leaves_the_rows_a_batch_does_not_hold():
-    first, later = torch.tensor([[0, 1, 2, 3, 4, 5]]), torch.tensor([[0, 1]])
-    start, _ = _embedding_steps(True, [first])
-    lazy, state = _embedding_steps(True, [first, later, later])
-    dense, _ = _embedding_steps(False, [first, later, later], torch.optim.AdamW)
-    assert torch.equal(lazy[2:], start[2:])  # untouched since the first step: not moved, not decayed
-    assert not torch.equal(lazy[:2], start[:2])
-    assert not torch.allclose(dense[2:], start[2:])  # dense AdamW moves them on their old moments
-    assert float(state["step"]) == 3
+@pytest.mark.parametrize("flush_rows", [None, 7])
+def test_lazy_adamw_catches_up_to_adamw_on_the_rows_a_batch_does_not_hold(flush_rows, monkeypatch):
+    # 300 steps of a warm-up/decay schedule over 40 rows, 6 a batch: a row waits up to dozens of steps,
+    # row 0 appears only in the first batch (299 steps behind: past the 220-step horizon of its sums)
+    # and row 39 in none (weight decay alone); flush_rows 7: the final flush in chunks of 7 rows
+    if flush_rows:
+        monkeypatch.setattr("tinyglot.trainloop.FLUSH_ROWS", flush_rows)
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.tensor([[0, 1, 2, 3, 4, 5]])] + [torch.randint(1, 39, (1, 6), generator=gen)
+                                                      for _ in range(299)]
+    schedule = lambda step: min(1.0, (step + 1) / 10) * (1 - step / 300)  # noqa: E731
+    kw = {"rows": 40, "lr": 0.05, "schedule": schedule, "dtype": torch.float64}  # float64: no rounding noise
+    lazy, lazy_state = _embedding_steps(True, batches, **kw)
+    dense, dense_state = _embedding_steps(False, batches, torch.optim.AdamW, **kw)
+    lazy_state, dense_state = lazy_state["state"][0], dense_state["state"][0]
+    start, _ = _embedding_steps(True, [], **kw)
+    assert torch.allclose(lazy, dense, rtol=0, atol=5e-6)  # (eps: 1e-6 measured)
+    assert torch.allclose(lazy_state["exp_avg"], dense_state["exp_avg"], rtol=0, atol=1e-7)
+    assert torch.allclose(lazy_state["exp_avg_sq"], dense_state["exp_avg_sq"], rtol=1e-5, atol=1e-12)
+    assert float(lazy_state["step"]) == 300
+    # no batch held row 39: AdamW's weight decay of every step, lr_t * 0.1
+    decay = math.prod(1 - 0.05 * schedule(step) * 0.1 for step in range(300))
+    assert torch.allclose(lazy[39], start[39] * decay, rtol=1e-12) and decay < 0.5
+    # without the catch-up the rows stand where their last batch left them (TensorFlow's LazyAdam)
+    stale, _ = _embedding_steps(True, batches, flush=False, **kw)
+    assert torch.equal(stale[39], start[39])
+    assert float((stale[0] - dense[0]).abs().max()) > 1e-3
+
+
+def test_lazy_adamw_state_resumes_flushed():
+    # a flushed optimizer's state loads into a new one that goes on as the first would have
+    gen = torch.Generator().manual_seed(2)
+    batches = [torch.randint(0, 10, (1, 3), generator=gen) for _ in range(40)]
+    whole, _ = _embedding_steps(True, batches, rows=10)
+    resumed, _ = _embedding_steps(True, batches[17:], rows=10, resume=_embedding_steps(True, batches[:17], rows=10))
+    assert torch.allclose(resumed, whole, atol=1e-6)
+    stale, _ = _embedding_steps(True, batches[17:], rows=10,
+                                resume=_embedding_steps(True, batches[:17], rows=10, flush=False))
+    assert not torch.allclose(stale, whole, atol=1e-4)  # an unflushed state loses the rows' pending moves
+
+
+def test_train_loop_catches_up_sparse_rows_before_batches_saves_and_evaluations(tmp_path):
+    class Table(torch.nn.Module):
+        def __init__(self, sparse: bool) -> None:
+            super().__init__()
+            self.word_embeddings = torch.nn.Embedding(30, 8, sparse=sparse)
+            self.out = torch.nn.Linear(8, 1)
+
+    def micro_loss(net, index):
+        gen = torch.Generator().manual_seed(index)
+        ids = torch.randint(0, 29, (4, 3), generator=gen)  # row 29: never in a batch
+        loss = (net.out(torch.tanh(net.word_embeddings(ids))).squeeze(-1) - ids.float() / 30).pow(2).mean()
+        return {"loss": loss, "parts": {"loss": float(loss.detach())}, "pairs": 4}
+
+    seen = []
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        loop = TrainLoop(tmp_path / str(sparse), Table(sparse), _settings(max_steps=24, grad_accum=1,
+                                                                           eval_every=10, save_every=5),
+                         CPU, META, "unit", progress=False)
+        weights: list[torch.Tensor] = []
+
+        def evaluate(loop=loop, weights=weights) -> BitextResult:
+            weights.append(loop.model.word_embeddings.weight.detach().clone())
+            return BitextResult("net", "dev", False, [LangResult("de", 10, 0.5, 0.5)])  # best: the first
+
+        loop.run(micro_loss, evaluate)
+        seen.append((weights, load_checkpoint(tmp_path / str(sparse) / "last.pt", expect=META)["model"],
+                     load_checkpoint(tmp_path / str(sparse) / "best.pt", expect=META)["model"]))
+    (dense_evals, dense_last, dense_best), (lazy_evals, lazy_last, lazy_best) = seen
+    assert len(lazy_evals) == 3  # steps 10, 20, 24: each evaluation saw AdamW's table
+    for a, b in zip(dense_evals, lazy_evals, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    for key in dense_last:
+        assert torch.allclose(dense_last[key], lazy_last[key], atol=1e-5), key
+        assert torch.allclose(dense_best[key], lazy_best[key], atol=1e-5), key
+    assert not torch.equal(lazy_last["word_embeddings.weight"][29], dense_evals[0][29])  # decayed on
 
 
 def test_clip_grad_norm_of_sparse_gradients_is_that_of_the_dense_ones():

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -32,18 +33,79 @@ NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
 TOKEN_TABLE = "word_embeddings.weight"  # the parameter train.embedding_lr_scale applies to
 
 
+# A row's pending momentum moves are summed over this many steps at most: beyond them they are below
+# this share of one step (they fall as (beta1 / sqrt(beta2)) ** steps, 0.9005 for AdamW's betas: 220 steps).
+CATCH_UP_TOLERANCE = 1e-10
+FLUSH_ROWS = 32_768  # rows caught up at once by LazyAdamW.flush
+
+
+@dataclass
+class _Lag:
+    """What :meth:`LazyAdamW.catch_up` needs of a lazily stepped parameter: the optimizer step each row
+    is current at, and for every step t the AdamW step size of a zero gradient's moment ratio
+    (``lr_t * sqrt(1 - beta2^t) / (1 - beta1^t)``) and the running sum of ``log(1 - lr_t * wd)``
+    (index 0: before the first step)."""
+
+    last: torch.Tensor
+    size: list[float]
+    log_decay: list[float]
+
+    @property
+    def step(self) -> int:
+        return len(self.size) - 1
+
+
 class LazyAdamW(torch.optim.AdamW):
     """AdamW, except for a parameter whose gradient is sparse (an ``nn.Embedding(sparse=True)``): that
-    one is updated only in the rows its gradient holds, as TensorFlow's LazyAdam does (moments, decoupled
-    weight decay and the step of those rows; the bias correction counts the optimizer's steps).
+    one is stepped in the rows its gradient holds, and every other row catches up later, so that the
+    result is AdamW's at the cost of the batch's rows.
 
     A dense gradient over a large token table makes every step pay for the whole table (zeroing,
     clipping, the moments); the lazy rows cost the batch's tokens, whatever the vocabulary
-    (``benchmarks/optimizer_step.py``).  But a row is not moved by its momentum between the batches
-    that hold it, as in AdamW, so rare pieces learn less (docs/results.md, "96k pieces in 27
-    minutes").  The state has AdamW's keys and shapes, so a checkpoint resumes either way.  Under a
+    (``benchmarks/optimizer_step.py``).  In AdamW a row that a batch does not hold still moves, on its
+    momentum, and decays.  Those moves depend only on the row's moments, the learning rates and the
+    number of steps, so they are summed in closed form when the row is next needed
+    (:meth:`catch_up`): by the forward pre-hook of the embedding (:meth:`watch`) before a batch reads
+    it, before its own step, and for every row at :meth:`flush` (before an evaluation or a
+    checkpoint).  The sums are AdamW's but for ``eps``, which is added to the root of the row's second
+    moment as at the first skipped step instead of at each (300 steps of a schedule in float64: within
+    1e-6 of AdamW's weights at eps 1e-8, 1e-11 at eps 1e-30).
+    TensorFlow's LazyAdam, which skips those moves, lost 1.6 dev P@1 against AdamW (docs/results.md,
+    "96k pieces in 27 minutes").
+
+    The state has AdamW's keys and shapes, so a flushed checkpoint resumes either way.  Under a
     GradScaler with the fused kernel a step whose gradients overflowed is skipped for these rows too.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lags: dict[torch.Tensor, _Lag] = {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._lags.clear()  # a saved state is flushed: every row is current at its step
+
+    def watch(self, embedding: torch.nn.Embedding) -> Any:
+        """Catch up the rows a batch reads before ``embedding`` looks them up (a forward pre-hook; the
+        returned handle removes it)."""
+        return embedding.register_forward_pre_hook(lambda module, args: self.catch_up(module.weight, args[0]))
+
+    @contextmanager
+    def watching(self, model: torch.nn.Module) -> Iterator[None]:
+        """:meth:`watch` every sparse ``nn.Embedding`` of ``model`` while the block runs (the hooks hold
+        this optimizer and its moments, so they go when it ends)."""
+        hooks = [self.watch(m) for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse]
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    def flush(self) -> None:
+        """Catch up every row of every lazily stepped parameter: the parameters and moments are then
+        AdamW's, to save or evaluate."""
+        for p in list(self._lags):
+            self.catch_up(p)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         sparse = [(group, p, p.grad) for group in self.param_groups for p in group["params"]
@@ -66,16 +128,82 @@ class LazyAdamW(torch.optim.AdamW):
                 self._lazy_step(group, p, grad.coalesce())
         return loss
 
+    def _group(self, p: torch.Tensor) -> dict[str, Any]:
+        return next(g for g in self.param_groups if any(q is p for q in g["params"]))
+
+    def _lag(self, p: torch.Tensor) -> _Lag | None:
+        state = self.state.get(p)
+        if not state:
+            return None  # not stepped yet: nothing to catch up
+        if p not in self._lags:
+            n = int(state["step"])
+            self._lags[p] = _Lag(torch.full((p.shape[0],), n, dtype=torch.int64, device=p.device), [0.0] * (n + 1),
+                                 [0.0] * (n + 1))
+        return self._lags[p]
+
+    @torch.no_grad()
+    def catch_up(self, p: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """Move ``rows`` of ``p`` (all rows when None) as AdamW would have since their last step: on
+        their momentum alone, with the weight decay of each step."""
+        lag = self._lag(p)
+        if lag is None:
+            return
+        n = lag.step
+        if rows is None:
+            behind = (lag.last < n).nonzero().squeeze(1)
+            for start in range(0, len(behind), FLUSH_ROWS):  # a few copies of these rows at a time
+                self._catch_up_rows(p, lag, behind[start:start + FLUSH_ROWS])
+        else:
+            distinct = rows.reshape(-1).to(p.device).unique()
+            self._catch_up_rows(p, lag, distinct[lag.last[distinct] < n])
+
+    def _catch_up_rows(self, p: torch.Tensor, lag: _Lag, sel: torch.Tensor) -> None:
+        if not len(sel):
+            return
+        n = lag.step
+        group, state = self._group(p), self.state[p]
+        beta1, beta2 = group["betas"]
+        since, inverse = lag.last[sel].unique(return_inverse=True)  # rows current at the same step share sums
+        size = torch.tensor(lag.size, dtype=torch.float64, device=p.device)
+        log_decay = torch.tensor(lag.log_decay, dtype=torch.float64, device=p.device)
+        ratio = beta1 / math.sqrt(beta2)  # a zero gradient's moment ratio m / sqrt(v) shrinks by this a step
+        horizon = n - int(since.min())
+        if ratio < 1:
+            horizon = min(horizon, math.ceil(math.log(CATCH_UP_TOLERANCE) / math.log(ratio)))
+        j = torch.arange(1, horizon + 1, dtype=torch.int64, device=p.device)
+        t = since[:, None] + j  # the skipped steps, since + 1 ... n (beyond n: masked)
+        live = t <= n
+        t = t.clamp(max=n)
+        # the move of step t, decayed by the steps after it: size_t * ratio^j * prod_{i > t}(1 - lr_i wd)
+        moves = (size[t] * ratio ** j.double() * torch.exp(log_decay[n] - log_decay[t]) * live).sum(1)
+        decay = torch.exp(log_decay[n] - log_decay[since])
+        behind = (n - lag.last[sel]).double()
+        m, v = state["exp_avg"][sel], state["exp_avg_sq"][sel]
+        dtype = p.dtype
+        w = p[sel].mul_(decay[inverse].to(dtype)[:, None])
+        # eps as AdamW adds it at the first skipped step (to the root of the bias-corrected moment)
+        eps = (group["eps"] * torch.sqrt(1 - beta2 ** (since + 1).double()) / math.sqrt(beta2))[inverse]
+        w.sub_(m / (v.sqrt() + eps.to(dtype)[:, None]) * moves[inverse].to(dtype)[:, None])
+        p.index_copy_(0, sel, w)
+        state["exp_avg"].index_copy_(0, sel, m.mul_((beta1 ** behind).to(dtype)[:, None]))
+        state["exp_avg_sq"].index_copy_(0, sel, v.mul_((beta2 ** behind).to(dtype)[:, None]))
+        lag.last[sel] = n
+
     def _lazy_step(self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor) -> None:
+        rows, g = grad.indices()[0], grad.values()
+        self.catch_up(p, rows)  # (the forward pre-hook of watch() did it already when there is one)
         state = self.state[p]
         if not state:
             state["step"] = torch.tensor(0.0)
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        lag = self._lag(p)
+        assert lag is not None
         state["step"] += 1
         step = float(state["step"])
         (beta1, beta2), lr = group["betas"], float(group["lr"])
-        rows, g = grad.indices()[0], grad.values()
+        lag.size.append(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
+        lag.log_decay.append(lag.log_decay[-1] + math.log1p(-lr * group["weight_decay"]))
         m = state["exp_avg"].index_select(0, rows).mul_(beta1).add_(g, alpha=1 - beta1)
         v = state["exp_avg_sq"].index_select(0, rows).mul_(beta2).addcmul_(g, g, value=1 - beta2)
         state["exp_avg"].index_copy_(0, rows, m)
@@ -83,6 +211,7 @@ class LazyAdamW(torch.optim.AdamW):
         denom = (v.sqrt() / math.sqrt(1 - beta2 ** step)).add_(group["eps"])
         w = p.index_select(0, rows).mul_(1 - lr * group["weight_decay"])
         p.index_copy_(0, rows, w.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step)))
+        lag.last[rows] = int(step)
 
 
 def fused_optimizer(model: torch.nn.Module, device: torch.device) -> bool:
@@ -257,6 +386,7 @@ class TrainLoop:
         log.info("resumed %s from step %d", self.title, self.step)
 
     def save(self) -> None:
+        self.optimizer.flush()  # (every rank: the weights stay the same everywhere)
         if self.ctx.is_main:
             save_checkpoint(self.out / "last.pt", {
                 "meta": self.meta, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -276,7 +406,8 @@ class TrainLoop:
         self.model.train()
         t0, pairs_seen, last_loss = time.time(), 0, math.nan
         bar = Progress(cfg.max_steps, self.title, self.progress)
-        with bar.run(start=self.step):
+        # a sparse table's rows catch up before a batch reads them, while the loop runs
+        with self.optimizer.watching(self.model), bar.run(start=self.step):
             while self.step < cfg.max_steps:
                 parts, pairs = self._step_with_retry(net, micro_loss, on_out_of_memory)
                 self.step += 1
@@ -337,6 +468,7 @@ class TrainLoop:
         return parts, pairs
 
     def _evaluate(self, evaluate: Callable[[], Any]) -> None:
+        self.optimizer.flush()  # best.pt holds AdamW's weights
         if self.ctx.is_main:
             self.trimmer.trim()  # the training steps' free blocks go back before the dev set's tensors come
             self.model.eval()

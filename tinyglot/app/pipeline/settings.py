@@ -457,14 +457,18 @@ PROFILES: dict[str, dict[str, Any]] = {
         # then wordfreq's word lists in the vocabulary's sample (vocab_words, 3,500 lines of 12 words for each
         # language with a list; whole pieces that start from e5's embedding of the word): at 1,000 steps -0.1 /
         # +0.4 / +3.4 / +1.3, at 4,000 99.2 / 98.1 / 69.8 / 98.5 with the 4-bit table (docs/results.md, "Word
-        # lists in the vocabulary's sample")
+        # lists in the vocabulary's sample");
+        # then the token table stepped in the batch's rows (sparse_embeddings, each row caught up to AdamW's
+        # weights before a batch reads it): the same dev P@1 at 1,000 steps within 0.05 and the same 59.6 on
+        # narrative text, 32 % less time a step (docs/results.md, "AdamW's token table at the cost of the
+        # batch's rows")
         "distill": {"student": "fast-small", "max_steps": 4000, "vocab_size": 288000,
                     "overrides": {"student": {"dropout": 0.0},
                                   "train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
                                             "dev_pairs_per_lang": 50, "batch_grouping": "source",
                                             "general_share": 0.4, "vocab_char_share": 0.125,
                                             "vocab_sentences": 600_000, "vocab_general_share": 0.4,
-                                            "vocab_words": "auto"}}},
+                                            "vocab_words": "auto", "sparse_embeddings": True}}},
         "export": {"formats": ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]},
         "eval": {"peers": ["use-m"]},
     },
