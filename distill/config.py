@@ -127,7 +127,7 @@ class DistillTrainConfig(TrainSettings):
     # the batch's rows at any vocabulary size, where a dense table costs every step in proportion to its
     # rows; the other rows catch up to AdamW's weights (their momentum moves and weight decay, summed in
     # closed form) before a batch reads them and at every evaluation and checkpoint, so the run is AdamW's.
-    # The e5 profile's 288k table: the same dev P@1 within 0.05 at 1,000 steps, 32 % less time a step
+    # The e5 profile's 288k table: the same P@1 at 4,000 steps (dev 90.78 both), 38 % less time a step
     # (docs/results.md, "AdamW's token table at the cost of the batch's rows").  Off by default: the
     # default pipeline's 8k tables gain nothing.  Ignored (dense) under torchrun and with train.compile.
     sparse_embeddings: bool = False

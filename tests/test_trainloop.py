@@ -308,6 +308,22 @@ def test_lazy_adamw_state_resumes_flushed():
     assert not torch.allclose(stale, whole, atol=1e-4)  # an unflushed state loses the rows' pending moves
 
 
+def test_watch_catches_up_the_rows_a_lookup_reads_and_only_those():
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(4, 2, sparse=True)
+    opt = LazyAdamW(emb.parameters(), lr=0.1, weight_decay=0.1)
+    for ids in ([0, 1], [0, 1], [2]):  # rows 0 and 1 are one step behind after the third
+        opt.zero_grad(set_to_none=True)
+        emb(torch.tensor(ids)).sum().backward()
+        opt.step()
+    before = emb.weight.detach().clone()
+    with opt.watching(torch.nn.Sequential(emb)):
+        emb(input=torch.tensor([0]))  # by keyword too
+    assert not torch.equal(emb.weight[0], before[0]) and torch.equal(emb.weight[1:], before[1:])
+    emb(torch.tensor([1]))  # the hooks went with the block
+    assert torch.equal(emb.weight[1], before[1])
+
+
 def test_train_loop_catches_up_sparse_rows_before_batches_saves_and_evaluations(tmp_path):
     class Table(torch.nn.Module):
         def __init__(self, sparse: bool) -> None:

@@ -88,7 +88,10 @@ class LazyAdamW(torch.optim.AdamW):
     def watch(self, embedding: torch.nn.Embedding) -> Any:
         """Catch up the rows a batch reads before ``embedding`` looks them up (a forward pre-hook; the
         returned handle removes it)."""
-        return embedding.register_forward_pre_hook(lambda module, args: self.catch_up(module.weight, args[0]))
+        def hook(module: torch.nn.Embedding, args: tuple, kwargs: dict) -> None:
+            self.catch_up(module.weight, args[0] if args else kwargs["input"])
+
+        return embedding.register_forward_pre_hook(hook, with_kwargs=True)
 
     @contextmanager
     def watching(self, model: torch.nn.Module) -> Iterator[None]:
