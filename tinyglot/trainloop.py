@@ -205,15 +205,16 @@ class LazyAdamW(torch.optim.AdamW):
         state["step"] += 1
         step = float(state["step"])
         (beta1, beta2), lr = group["betas"], float(group["lr"])
-        lag.size.append(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
+        correction1, root_correction2 = 1 - beta1 ** step, math.sqrt(1 - beta2 ** step)  # AdamW's bias corrections
+        lag.size.append(lr * root_correction2 / correction1)
         lag.log_decay.append(lag.log_decay[-1] + math.log1p(-lr * group["weight_decay"]))
         m = state["exp_avg"].index_select(0, rows).mul_(beta1).add_(g, alpha=1 - beta1)
         v = state["exp_avg_sq"].index_select(0, rows).mul_(beta2).addcmul_(g, g, value=1 - beta2)
         state["exp_avg"].index_copy_(0, rows, m)
         state["exp_avg_sq"].index_copy_(0, rows, v)
-        denom = (v.sqrt() / math.sqrt(1 - beta2 ** step)).add_(group["eps"])
+        denom = (v.sqrt() / root_correction2).add_(group["eps"])
         w = p.index_select(0, rows).mul_(1 - lr * group["weight_decay"])
-        p.index_copy_(0, rows, w.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step)))
+        p.index_copy_(0, rows, w.addcdiv_(m, denom, value=-lr / correction1))
         lag.last[rows] = int(step)
 
 

@@ -1034,10 +1034,10 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
     pinned wordfreq requirement whose lists go into ``out/words`` (None: none; not with ``permissive_only``,
     nor when ``skip`` names :data:`WORDS_SOURCE`)."""
     started = time.monotonic()
-    unknown = sorted(set(skip) - {s.name for s in sources} - ({WORDS_SOURCE} if words else set()))
+    known = [s.name for s in sources] + ([WORDS_SOURCE] if words else [])
+    unknown = sorted(set(skip) - set(known))
     if unknown:
-        raise TinyglotError(f"--skip names no source: {', '.join(unknown)}",
-                            f"pick from {', '.join([s.name for s in sources] + ([WORDS_SOURCE] if words else []))}")
+        raise TinyglotError(f"--skip names no source: {', '.join(unknown)}", f"pick from {', '.join(known)}")
     for path in holdout:  # checked before minutes of downloads and extraction
         if not path.exists():
             raise TinyglotError(f"--holdout {path} not found", "pass the test folder or TSV file whose sentences "
