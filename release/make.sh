@@ -38,10 +38,12 @@ general=$home/$text
 # (the e5 profile trains without dropout and samples 400,000 sentences, 40 % general, since 2026-11-29, and
 # 600,000 for its 288k pieces: docs/results.md "No dropout in the e5 profile's student", "192k pieces, sampled
 # like the batches", "288k pieces in a 4-bit table"); no word lists in the sample (the profile's are
-# CC-BY-SA-4.0, and --permissive-only builds none: "Word lists in the vocabulary's sample")
+# CC-BY-SA-4.0, and --permissive-only builds none: "Word lists in the vocabulary's sample"); the languages
+# chosen by their software strings alone (data.general_counts: since 2026-11-29 the profile counts a
+# language's general-domain rows too, "Languages kept by their general-domain text")
 tinyglot run --profile e5 --out "$out" "${student[@]}" \
     --set data.train=../shared/data/train.jsonl.gz --set data.permissive_only=true \
-    --set data.general="$general/general-train.jsonl.gz" \
+    --set data.general="$general/general-train.jsonl.gz" --set data.general_counts=false \
     --set data.test=../shared/data/test/libreoffice --set data.test_pairs_per_lang=300 \
     --set data.tests=pretix=../shared/data/test/pretix,general=auto,docs=auto \
     --set distill.overrides.train.general_share=0.2 \

@@ -462,12 +462,13 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.teacher.spec == "e5-small-onnx" and cfg.distill.student == "fast-small"
     assert cfg.data.languages == "e5-small" and cfg.data.min_pairs_per_lang == 1500
     assert cfg.data.general == "auto" and not cfg.data.permissive_only  # the general-domain mix by default
+    assert cfg.data.general_counts  # a language's general-domain rows count towards min_pairs_per_lang
     assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 4000
     train = cfg.student_preset().train
-    assert train.batch_grouping == "source" and train.general_share == 0.4 and train.vocab_char_share == 0.125
+    assert train.batch_grouping == "source" and train.general_share == 0.7 and train.vocab_char_share == 0.125
     assert cfg.student_preset().student.init == "teacher"
     assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 288000
-    assert train.vocab_sentences == 600_000 and train.vocab_general_share == 0.4
+    assert train.vocab_sentences == 600_000 and train.vocab_general_share == 0.7
     assert train.vocab_words == "auto" and train.vocab_word_sentences == 3500  # wordfreq's lists in the sample
     assert train.sparse_embeddings  # the 288k table stepped in the batch's rows, caught up to AdamW's
     # the 288k-piece table ships in 4 bits (docs/results.md, "288k pieces in a 4-bit table")
@@ -619,6 +620,41 @@ def test_general_text_joins_the_selected_languages_only(tmp_path):
     assert "general" in train_data_inputs(cfg) and "general" not in train_data_inputs(load_config("tiny"))
     with pytest.raises(TinyglotError, match="data.general not found"):
         load_config("tiny", sets=[f"data.general={tmp_path / 'missing.jsonl.gz'}"])
+
+
+def test_general_rows_count_towards_min_pairs_per_lang(tmp_path):
+    from tinyglot.app.pipeline.stages import train_data_inputs
+    from tinyglot.data import Pair, select_languages
+    from tinyglot.data.embedded import write_jsonl
+
+    corpus = [Pair("de", f"Datei {i} speichern", f"Save file {i}") for i in range(30)]
+    corpus += [Pair("fr", f"Enregistrer le fichier {i}", f"Save file {i}") for i in range(10)]
+    write_jsonl(tmp_path / "train.jsonl.gz", corpus)
+    general = _general_corpus(tmp_path / "general.jsonl.gz")  # 20 rows each of de, fr (monolingual), sw
+
+    def langs(*sets: str) -> dict[str, int]:
+        cfg = load_config("tiny", sets=[f"data.train={tmp_path / 'train.jsonl.gz'}", f"data.general={general}",
+                                        *sets])
+        ctx, _ = _ctx(tmp_path / "run", cfg)
+        pairs = ctx.train_pairs()
+        return {lang: sum(p.lang == lang for p in pairs) for lang in sorted({p.lang for p in pairs})}
+
+    # fr: 10 software strings + 20 general rows >= 25; sw: 0 + 20 < 25 (and it keeps no corpus row either)
+    assert langs("data.min_pairs_per_lang=25") == {"de": 50, "fr": 30}
+    # a language of the general text alone is kept when its rows reach the bar
+    assert langs("data.min_pairs_per_lang=20") == {"de": 50, "fr": 30, "sw": 20}
+    # the selection by peer keeps to the peer's languages
+    assert langs("data.min_pairs_per_lang=20", "data.languages=de,sw") == {"de": 50, "sw": 20}
+    # data.general_counts=false: the corpus alone decides, as before (the released students)
+    assert langs("data.min_pairs_per_lang=25", "data.general_counts=false") == {"de": 50}
+    on = load_config("tiny", sets=[f"data.general={general}", "data.min_pairs_per_lang=25"])
+    off = load_config("tiny", sets=[f"data.general={general}", "data.min_pairs_per_lang=25",
+                                    "data.general_counts=false"])
+    assert train_data_inputs(on) != train_data_inputs(off)  # the distill stage reruns when it changes
+    assert "counts" not in train_data_inputs(load_config("tiny", sets=[f"data.general={general}"]))["general"]
+    # the counts in `dropped` include the extra rows; English (the pivot) is the caller's to leave out
+    kept, dropped = select_languages(corpus, None, 25, extra_counts={"fr": 14, "sw": 3})
+    assert {p.lang for p in kept} == {"de"} and dropped == {"fr": 24, "sw": 3}
 
 
 def test_monolingual_rows_never_enter_a_dev_set():

@@ -170,8 +170,10 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     from tinyglot.app.pipeline import load_config
     command = script.split("tinyglot run --profile e5", 1)[1].split("\n\n", 1)[0]
     sets = [a.rstrip(");") for a in re.findall(r"--set\s+(\S+)", recipe + command) if "$" not in a]
-    made = load_config("e5", sets=sets).student_preset()
+    made_cfg = load_config("e5", sets=sets)
+    made = made_cfg.student_preset()
     assert made.student.dropout == 0.1
+    assert made_cfg.data.general_counts is False  # their languages were chosen by the corpus alone
     assert made.train.vocab_sentences == 200_000 and made.train.vocab_general_share == 0
     assert made.train.vocab_words == ""  # the profile's word lists are CC-BY-SA: not in a shipped student
     formats = recipe.split("formats=", 1)[1].split()[0].rstrip(";")

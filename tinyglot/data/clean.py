@@ -303,19 +303,26 @@ def train_dev_split(pairs: Iterable[Pair], dev_fraction: float = 0.05,
 
 
 def select_languages(pairs: Iterable[Pair], languages: Iterable[str] | None = None, min_pairs: int = 0,
-                     cap: int | None = None, seed: int = 0) -> tuple[list[Pair], dict[str, int]]:
+                     cap: int | None = None, seed: int = 0, extra_counts: Mapping[str, int] | None = None
+                     ) -> tuple[list[Pair], dict[str, int]]:
     """The pairs of ``languages`` (all when None) whose language has at least ``min_pairs`` pairs,
     at most ``cap`` per language drawn at random (seeded) so that every source of a mixed corpus is
     represented; returns ``(pairs, dropped)`` where ``dropped`` maps each language left out for
-    having too few pairs to its count.  Languages stay in sorted order, each one's pairs shuffled."""
+    having too few pairs to its count.  Languages stay in sorted order, each one's pairs shuffled.
+
+    ``extra_counts`` (language -> rows) counts rows of other text towards ``min_pairs`` (the
+    general-domain rows that will join the corpus's): a language whose corpus is thin but whose
+    other text makes up the rest is kept.  The counts in ``dropped`` include them."""
     wanted = None if languages is None else {normalize_lang(code) for code in languages}
     groups = group_by_lang(p for p in pairs if wanted is None or p.lang in wanted)
+    extra = {normalize_lang(lang): n for lang, n in (extra_counts or {}).items()}
     rng = np.random.default_rng(seed)
     kept: list[Pair] = []
     dropped: dict[str, int] = {}
-    for lang, group in groups.items():
-        if len(group) < min_pairs:
-            dropped[lang] = len(group)
+    for lang in sorted(set(groups) | {lang for lang in extra if wanted is None or lang in wanted}):
+        group = groups.get(lang, [])
+        if len(group) + extra.get(lang, 0) < min_pairs:
+            dropped[lang] = len(group) + extra.get(lang, 0)
             continue
         order = rng.permutation(len(group)) if cap is not None and cap < len(group) else range(len(group))
         kept += [group[i] for i in list(order)[:cap]]

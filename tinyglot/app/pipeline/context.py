@@ -4,6 +4,7 @@ the markers of the stages done so far."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,23 +45,31 @@ class RunContext:
         if self._pairs is None:
             from tinyglot.data.embedded import load_pairs
 
+            from .settings import general_path
+
             d = self.cfg.data
             pairs = load_pairs(d.train or None)
             if d.permissive_only:
                 pairs = permissive(pairs, d.train or "the embedded corpus")
+            general = general_pairs(str(general_path(d.general)), d.general_max_per_lang, d.permissive_only) \
+                if d.general else []
             if d.languages or d.min_pairs_per_lang:
+                from tinyglot.batching import PIVOT
                 from tinyglot.data import select_languages
                 from tinyglot.languages import language_list
 
-                self._pairs = select_languages(pairs, language_list(d.languages), d.min_pairs_per_lang,
-                                               d.max_pairs_per_lang or None)[0]
+                # a language's general-domain rows count towards min_pairs_per_lang: e5 covers af and gd,
+                # whose software strings alone are too few but whose general-domain text makes up the rest
+                extra = Counter(p.lang for p in general if p.lang != PIVOT) if d.general_counts else Counter()
+                wanted = language_list(d.languages)
+                self._pairs, dropped = select_languages(pairs, wanted, d.min_pairs_per_lang,
+                                                        d.max_pairs_per_lang or None, extra_counts=extra)
+                keep = {lang for lang in {p.lang for p in self._pairs} | set(extra)
+                        if lang not in dropped and (wanted is None or lang in wanted)}
             else:
                 self._pairs = cap_per_lang(pairs, d.max_pairs_per_lang)
-            if d.general:
-                from .settings import general_path
-
-                self._pairs = self._pairs + general_pairs(str(general_path(d.general)), {p.lang for p in self._pairs},
-                                                          d.general_max_per_lang, d.permissive_only)
+                keep = {p.lang for p in self._pairs}
+            self._pairs = self._pairs + [p for p in general if p.lang in keep]
         return self._pairs
 
     def train_sources(self) -> list[dict[str, Any]]:
@@ -140,10 +149,10 @@ def permissive(pairs: list, name: str) -> list:
     return kept
 
 
-def general_pairs(path: str, languages: set[str], cap: int, permissive_only: bool = False) -> list:
-    """The rows of the general-domain corpus ``path`` in ``languages`` (the corpus selection's), at most
-    ``cap`` per language drawn at random (seeded; 0 = all); only permissive ones with ``permissive_only``.
-    Their ``src`` carries :data:`~tinyglot.data.pairs.GENERAL_SRC_PREFIX` (``train.general_share``)."""
+def general_pairs(path: str, cap: int, permissive_only: bool = False) -> list:
+    """The rows of the general-domain corpus ``path``, at most ``cap`` per language drawn at random
+    (seeded; 0 = all); only permissive ones with ``permissive_only``.  Their ``src`` carries
+    :data:`~tinyglot.data.pairs.GENERAL_SRC_PREFIX` (``train.general_share``)."""
     from dataclasses import replace
 
     from tinyglot.data import select_languages
@@ -151,8 +160,7 @@ def general_pairs(path: str, languages: set[str], cap: int, permissive_only: boo
     from tinyglot.data.pairs import GENERAL_SRC_PREFIX
 
     pairs = load_pairs(path)
-    kept = select_languages(permissive(pairs, path) if permissive_only else pairs, sorted(languages), 0,
-                            cap or None)[0]
+    kept = select_languages(permissive(pairs, path) if permissive_only else pairs, None, 0, cap or None)[0]
     return [p if p.general else replace(p, src=GENERAL_SRC_PREFIX + p.src) for p in kept]
 
 

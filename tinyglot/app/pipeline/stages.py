@@ -50,6 +50,8 @@ def train_data_inputs(cfg: PipelineConfig) -> dict[str, Any]:
 
         inputs["general"] = {"path": d.general, "max_per_lang": d.general_max_per_lang,
                              "files": data_fingerprint(general_path(d.general))}
+        if d.general_counts and d.min_pairs_per_lang:  # (absent otherwise: the selection is the corpus's)
+            inputs["general"]["counts"] = True
     return inputs
 
 
