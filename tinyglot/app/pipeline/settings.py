@@ -473,8 +473,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         # from general-domain text"); the language temperature at 3 instead of 2 moved nothing (69.6 narrative);
         # then the languages that reach 1,500 rows with their general-domain text (data.general_counts: af, gd
         # and ten more) and the vocabulary's sample drawn as the batches draw (vocab_general_share 0.7): 98.5 /
-        # 97.0 / 72.9 / 98.1, af 59.7 -> 73.3, gd 11.3 -> 54.5 (docs/results.md, "Languages kept by their
-        # general-domain text")
+        # 97.0 / 72.9 / 98.1, af 59.7 -> 71.5, gd 11.3 -> 58.8 on narrative text (docs/results.md, "Languages
+        # kept by their general-domain text")
         "distill": {"student": "fast-small", "max_steps": 4000, "vocab_size": 288000,
                     "overrides": {"student": {"dropout": 0.0},
                                   "train": {"warmup_steps": 100, "eval_every": 250, "save_every": 250,
