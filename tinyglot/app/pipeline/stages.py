@@ -48,10 +48,11 @@ def train_data_inputs(cfg: PipelineConfig) -> dict[str, Any]:
     if d.general:  # (absent when unset: runs made before data.general keep their stage markers)
         from .settings import general_path
 
-        inputs["general"] = {"path": d.general, "max_per_lang": d.general_max_per_lang,
-                             "files": data_fingerprint(general_path(d.general))}
+        general: dict[str, Any] = {"path": d.general, "max_per_lang": d.general_max_per_lang,
+                                   "files": data_fingerprint(general_path(d.general))}
         if d.general_counts and d.min_pairs_per_lang:  # (absent otherwise: the selection is the corpus's)
-            inputs["general"]["counts"] = True
+            general["counts"] = True
+        inputs["general"] = general
     return inputs
 
 
