@@ -58,14 +58,14 @@ class RunContext:
                 from tinyglot.data import select_languages
                 from tinyglot.languages import language_list
 
+                wanted = language_list(d.languages)
+                general = select_languages(general, wanted)[0]  # the wanted languages' rows, filtered in one place
                 # a language's general-domain rows count towards min_pairs_per_lang: e5 covers af and gd,
                 # whose software strings alone are too few but whose general-domain text makes up the rest
                 extra = Counter(p.lang for p in general if p.lang != PIVOT) if d.general_counts else Counter()
-                wanted = language_list(d.languages)
                 self._pairs, dropped = select_languages(pairs, wanted, d.min_pairs_per_lang,
                                                         d.max_pairs_per_lang or None, extra_counts=extra)
-                keep = {lang for lang in {p.lang for p in self._pairs} | set(extra)
-                        if lang not in dropped and (wanted is None or lang in wanted)}
+                keep = ({p.lang for p in self._pairs} | set(extra)) - set(dropped)
             else:
                 self._pairs = cap_per_lang(pairs, d.max_pairs_per_lang)
                 keep = {p.lang for p in self._pairs}
