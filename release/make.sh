@@ -40,14 +40,15 @@ general=$home/$text
 # like the batches", "288k pieces in a 4-bit table"); no word lists in the sample (the profile's are
 # CC-BY-SA-4.0, and --permissive-only builds none: "Word lists in the vocabulary's sample"); the languages
 # chosen by their software strings alone (data.general_counts: since 2026-11-29 the profile counts a
-# language's general-domain rows too, "Languages kept by their general-domain text")
+# language's general-domain rows too, "Languages kept by their general-domain text"); feature distillation
+# at the fast presets' beta 10 (the profile's is 50 since 2026-11-30: "The teacher's weight in the loss")
 tinyglot run --profile e5 --out "$out" "${student[@]}" \
     --set data.train=../shared/data/train.jsonl.gz --set data.permissive_only=true \
     --set data.general="$general/general-train.jsonl.gz" --set data.general_counts=false \
     --set data.test=../shared/data/test/libreoffice --set data.test_pairs_per_lang=300 \
     --set data.tests=pretix=../shared/data/test/pretix,general=auto,docs=auto \
     --set distill.overrides.train.general_share=0.2 \
-    --set distill.overrides.student.dropout=0.1 \
+    --set distill.overrides.student.dropout=0.1 --set distill.overrides.loss.beta=10 \
     --set distill.overrides.train.vocab_sentences=200000 --set distill.overrides.train.vocab_general_share=0 \
     --set distill.overrides.train.vocab_words= \
     --set export.formats=onnx-dynamic,onnx-text-"$quantize"   # the run evaluates the bundle the release ships

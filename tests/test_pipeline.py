@@ -467,6 +467,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     train = cfg.student_preset().train
     assert train.batch_grouping == "source" and train.general_share == 0.7 and train.vocab_char_share == 0.125
     assert cfg.student_preset().student.init == "teacher"
+    assert cfg.student_preset().loss.beta == 50.0  # the fast presets' 10 x 5 ("The teacher's weight in the loss")
     assert cfg.eval.peers == ["use-m"] and cfg.distill.vocab_size == 288000
     assert train.vocab_sentences == 600_000 and train.vocab_general_share == 0.7
     assert train.vocab_words == "auto" and train.vocab_word_sentences == 3500  # wordfreq's lists in the sample
