@@ -652,6 +652,12 @@ def test_general_rows_count_towards_min_pairs_per_lang(tmp_path):
     off = load_config("tiny", sets=[f"data.general={general}", "data.min_pairs_per_lang=25",
                                     "data.general_counts=false"])
     assert train_data_inputs(on) != train_data_inputs(off)  # the distill stage reruns when it changes
+    # data.languages alone (no minimum) selects too: sw joins by its general rows, so the inputs differ as well
+    assert langs("data.languages=de,sw") == {"de": 50, "sw": 20}
+    assert langs("data.languages=de,sw", "data.general_counts=false") == {"de": 50}
+    assert train_data_inputs(load_config("tiny", sets=[f"data.general={general}", "data.languages=de,sw"])) != \
+        train_data_inputs(load_config("tiny", sets=[f"data.general={general}", "data.languages=de,sw",
+                                                    "data.general_counts=false"]))
     assert "counts" not in train_data_inputs(load_config("tiny", sets=[f"data.general={general}"]))["general"]
     # the counts in `dropped` include the extra rows; English (the pivot) is the caller's to leave out
     kept, dropped = select_languages(corpus, None, 25, extra_counts={"fr": 14, "sw": 3})

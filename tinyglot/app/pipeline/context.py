@@ -62,7 +62,7 @@ class RunContext:
                 general = select_languages(general, wanted)[0]  # the wanted languages' rows, filtered in one place
                 # a language's general-domain rows count towards min_pairs_per_lang: e5 covers af and gd,
                 # whose software strings alone are too few but whose general-domain text makes up the rest
-                extra = Counter(p.lang for p in general if p.lang != PIVOT) if d.general_counts else Counter()
+                extra = Counter(p.lang for p in general if p.lang != PIVOT) if d.general_rows_count else Counter()
                 self._pairs, dropped = select_languages(pairs, wanted, d.min_pairs_per_lang,
                                                         d.max_pairs_per_lang or None, extra_counts=extra)
                 keep = ({p.lang for p in self._pairs} | set(extra)) - set(dropped)

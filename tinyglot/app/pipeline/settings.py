@@ -72,6 +72,13 @@ class DataSection:
     # the held-out test ``tinyglot data general`` built into $TINYGLOT_HOME/general (general, docs).
     tests: list[str] = field(default_factory=list)
 
+    @property
+    def general_rows_count(self) -> bool:
+        """Whether the general-domain rows take part in choosing the languages: ``general_counts`` with
+        general-domain text and a selection (``languages`` or ``min_pairs_per_lang``) to take part in.  The
+        run's selection and its stage inputs both ask this, so they cannot disagree."""
+        return self.general_counts and bool(self.general) and bool(self.languages or self.min_pairs_per_lang)
+
     def extra_tests(self) -> list[tuple[str, str]]:
         """``data.tests`` as ``(name, path)``, ``auto`` resolved; a clear error for an item that is not
         NAME=PATH."""

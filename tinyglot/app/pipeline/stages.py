@@ -50,7 +50,7 @@ def train_data_inputs(cfg: PipelineConfig) -> dict[str, Any]:
 
         general: dict[str, Any] = {"path": d.general, "max_per_lang": d.general_max_per_lang,
                                    "files": data_fingerprint(general_path(d.general))}
-        if d.general_counts and d.min_pairs_per_lang:  # (absent otherwise: the selection is the corpus's)
+        if d.general_rows_count:  # (absent otherwise: the selection is the corpus's)
             general["counts"] = True
         inputs["general"] = general
     return inputs
