@@ -327,7 +327,7 @@ class LeallaTrainer:
             save_student(model.cpu(), self.tokenizer, student_dir, {
                 "preset": self.preset_name, "teacher": self.identity, "teacher_dim": self.teacher_dim,
                 "loss": to_dict(self.preset.loss), "train": to_dict(tc), "trained_steps": result.steps,
-                "best_dev_p1": result.best_dev_p1, "init": init, "fd_head_init": fd_init,
+                "precision": result.precision, "best_dev_p1": result.best_dev_p1, "init": init, "fd_head_init": fd_init,
             })
         self.ctx.barrier()
         return DistillResult(self.out, student_dir, result.steps, result.seconds, result.best_dev_p1)

@@ -41,7 +41,8 @@ general=$home/$text
 # CC-BY-SA-4.0, and --permissive-only builds none: "Word lists in the vocabulary's sample"); the languages
 # chosen by their software strings alone (data.general_counts: since 2026-11-29 the profile counts a
 # language's general-domain rows too, "Languages kept by their general-domain text"); feature distillation
-# at the fast presets' beta 10 (the profile's is 50 since 2026-11-30: "The teacher's weight in the loss")
+# at the fast presets' beta 10 (the profile's is 50 since 2026-11-30: "The teacher's weight in the loss");
+# fp32 steps (the profile times bf16 against fp32 since 2026-11-30 and may take bf16: "bf16 on the CPU")
 tinyglot run --profile e5 --out "$out" "${student[@]}" \
     --set data.train=../shared/data/train.jsonl.gz --set data.permissive_only=true \
     --set data.general="$general/general-train.jsonl.gz" --set data.general_counts=false \
@@ -49,6 +50,7 @@ tinyglot run --profile e5 --out "$out" "${student[@]}" \
     --set data.tests=pretix=../shared/data/test/pretix,general=auto,docs=auto \
     --set distill.overrides.train.general_share=0.2 \
     --set distill.overrides.student.dropout=0.1 --set distill.overrides.loss.beta=10 \
+    --set distill.overrides.train.cpu_bf16=off \
     --set distill.overrides.train.vocab_sentences=200000 --set distill.overrides.train.vocab_general_share=0 \
     --set distill.overrides.train.vocab_words= \
     --set export.formats=onnx-dynamic,onnx-text-"$quantize"   # the run evaluates the bundle the release ships

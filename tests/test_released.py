@@ -175,6 +175,7 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     assert made.student.dropout == 0.1
     assert made_cfg.data.general_counts is False  # their languages were chosen by the corpus alone
     assert made.loss.beta == 10.0  # the fast presets' weight of L_fd (the e5 profile's is 50 since 2026-11-30)
+    assert made.train.cpu_bf16 == "off"  # they were trained in fp32 (the profile may take bf16 since 2026-11-30)
     assert made.train.vocab_sentences == 200_000 and made.train.vocab_general_share == 0
     assert made.train.vocab_words == ""  # the profile's word lists are CC-BY-SA: not in a shipped student
     formats = recipe.split("formats=", 1)[1].split()[0].rstrip(";")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import torch
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.evaluation.bitext import BitextResult, LangResult
 from tinyglot.trainloop import LazyAdamW, TrainLoop, TrainSettings, clip_grad_norm, fused_optimizer
-from tinyglot.training import load_checkpoint
+from tinyglot.training import cpu_bf16_supported, faster_autocast, load_checkpoint
 
 CPU = torch.device("cpu")
 META = {"kind": "unit-test", "config": {"width": 8}}
@@ -385,3 +386,98 @@ def test_lazy_adamw_refuses_amsgrad_on_sparse_rows_before_any_parameter_moves():
     with pytest.raises(TinyglotError, match="plain AdamW"):
         opt.step()
     assert torch.equal(head.weight, before) and emb.weight.grad.is_sparse  # the dense step did not run
+
+
+class Precision(Recorder):
+    """A Recorder that also records whether each call ran under bf16 autocast, and can be made slow under one
+    precision (sleep) so that train.cpu_bf16=auto's timing has a known answer."""
+
+    def __init__(self, slow: str | None = None) -> None:
+        super().__init__()
+        self.bf16: list[bool] = []
+        self.slow = slow
+
+    def __call__(self, net: torch.nn.Module, index: int) -> dict:
+        bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        self.bf16.append(bf16)
+        if self.slow == ("bf16" if bf16 else "fp32"):
+            time.sleep(0.05)
+        return super().__call__(net, index)
+
+
+needs_bf16 = pytest.mark.skipif(not cpu_bf16_supported(), reason="this CPU has no bf16 kernels")
+
+
+def test_cpu_bf16_setting_is_checked():
+    with pytest.raises(TinyglotError, match="cpu_bf16"):
+        _settings(cpu_bf16="yes").validate()
+
+
+@needs_bf16
+def test_cpu_bf16_on_runs_every_step_under_bf16_autocast(tmp_path):
+    micro = Precision()
+    loop = _loop(tmp_path, _settings(max_steps=3, cpu_bf16="on"))
+    result = loop.run(micro, lambda: None)
+    assert micro.bf16 == [True] * 6 and result.precision == "bfloat16"
+    assert load_checkpoint(tmp_path / "last.pt")["autocast"] == "bfloat16"
+    plain = _loop(tmp_path / "off", _settings(max_steps=3))
+    assert plain.run(Precision(), lambda: None).precision == "fp32"
+
+
+@needs_bf16
+def test_cpu_bf16_auto_keeps_fp32_when_bf16_is_slower_and_leaves_no_trace(tmp_path):
+    cfg = _settings(max_steps=4, log_every=1, eval_every=100)
+    off = _loop(tmp_path / "off", cfg)
+    off.run(Recorder(), lambda: None)
+    micro = Precision(slow="bf16")
+    auto = _loop(tmp_path / "auto", cfg.__class__(**{**cfg.__dict__, "cpu_bf16": "auto"}))
+    result = auto.run(micro, lambda: None)
+    # the probe: a warm-up of each on the first batch, then batches spread over the run's 8 (4 steps of 2
+    # micro-batches) both ways, which first alternating; then the 8 training calls in fp32
+    assert micro.bf16 == [False, True] + [True, False, False, True] * 4 + [False] * 8
+    assert micro.indices[:18] == [0, 0] + [i for i in range(8) for _ in (0, 1)]
+    assert result.precision == "fp32"
+    probe = _records(tmp_path / "auto")[0]["cpu_bf16"]
+    assert probe["chosen"] == "fp32" and probe["bf16_ms"] > probe["fp32_ms"] >= 0
+    # its gradients are thrown away and the RNG restored: the same weights as a run without it
+    for (name, a), b in zip(off.model.state_dict().items(), auto.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@needs_bf16
+def test_cpu_bf16_auto_takes_bf16_when_faster_and_a_resumed_run_keeps_it(tmp_path):
+    cfg = _settings(max_steps=6, log_every=1, eval_every=100, cpu_bf16="auto")
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_5(step: int) -> None:
+        if step == 5:
+            raise Killed
+
+    first = Precision(slow="fp32")
+    with pytest.raises(Killed):
+        _loop(tmp_path, cfg).run(first, lambda: None, on_step=kill_at_5)
+    assert first.bf16[2 + 8 * 2:] == [True] * 10  # after the probe's warm-up and 8 batches both ways
+    assert load_checkpoint(tmp_path / "last.pt")["autocast"] == "bfloat16"
+    again = _loop(tmp_path, cfg)
+    again.resume()
+    micro = Precision(slow="bf16")  # would make a new probe choose fp32: a resumed run does not probe again
+    assert again.run(micro, lambda: None).precision == "bfloat16"
+    assert micro.bf16 == [True] * 6 and micro.indices == list(range(6, 12))
+
+
+def test_faster_autocast_picks_the_faster_precision():
+    def loss(slow: str):
+        def call(index: int) -> torch.Tensor:
+            bf16 = torch.is_autocast_enabled("cpu")
+            if slow == ("bf16" if bf16 else "fp32"):
+                time.sleep(0.03)
+            x = torch.ones(3, requires_grad=True)
+            return (x * 2).sum()
+        return call
+
+    assert faster_autocast(loss("fp32"), CPU, [0, 5]).chosen == torch.bfloat16
+    slower = faster_autocast(loss("bf16"), CPU, [0, 5])
+    assert slower.chosen is None and slower.bf16_s > slower.fp32_s
+    assert "fp32 (" in slower.describe()

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -143,11 +143,61 @@ def maybe_compile(module: torch.nn.Module, enabled: bool) -> bool:
     return True
 
 
-def amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
-    """bf16 on GPUs that support it, else fp16; None (no autocast) on CPU or when disabled."""
-    if not enabled or device.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+def amp_dtype(device: torch.device, enabled: bool, cpu_bf16: str = "off") -> torch.dtype | None:
+    """bf16 on GPUs that support it, else fp16 (unless ``enabled`` is off); on CPU bf16 only when
+    ``cpu_bf16`` is "on" ("auto" is decided by :func:`faster_autocast` once the batches exist); None (no
+    autocast) otherwise."""
+    if device.type == "cuda":
+        return (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if enabled else None
+    if device.type == "cpu" and cpu_bf16 == "on":
+        if not cpu_bf16_supported():
+            raise TinyglotError("train.cpu_bf16=on, but this CPU has no bf16 kernels (oneDNN)",
+                                "set train.cpu_bf16=off (or auto, which times both and keeps the faster)")
+        return torch.bfloat16
+    return None
+
+
+def cpu_bf16_supported() -> bool:
+    """Whether oneDNN has bf16 kernels for this CPU (AVX-512 BF16, AVX512-core or AMX)."""
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+@dataclass(frozen=True)
+class AutocastProbe:
+    fp32_s: float  # mean seconds of one batch's forward and backward without autocast
+    bf16_s: float  # ... under bf16 autocast
+    chosen: torch.dtype | None
+
+    def describe(self) -> str:
+        pick = "bf16" if self.chosen is not None else "fp32"
+        return (f"{pick} (a batch's forward and backward: {self.bf16_s * 1e3:.0f} ms in bf16, "
+                f"{self.fp32_s * 1e3:.0f} ms in fp32)")
+
+
+def faster_autocast(loss: Callable[[int], torch.Tensor], device: torch.device, batches: Sequence[int],
+                    reset: Callable[[], None] = lambda: None, margin: float = 0.9) -> AutocastProbe:
+    """Time ``loss(i)`` and its backward for each batch index ``i`` of ``batches`` in fp32 and under bf16
+    autocast (each batch both ways, which first alternating, after one warm-up of each on the first batch;
+    ``reset()`` before every call throws the gradients away); bf16 is chosen when its total is below
+    ``margin`` times fp32's. Batches from the whole run, because short batches can favour fp32 while the run
+    as a whole favours bf16. The RNG streams are restored, so the run draws what it would have drawn."""
+    times: dict[torch.dtype | None, list[float]] = {None: [], torch.bfloat16: []}
+    order = [(batches[0], None), (batches[0], torch.bfloat16)]  # the warm-up
+    for n, i in enumerate(batches):
+        pair = [(i, None), (i, torch.bfloat16)]
+        order += pair if n % 2 else pair[::-1]
+    with torch.random.fork_rng(devices=[]):
+        for n, (i, dtype) in enumerate(order):
+            reset()
+            start = time.perf_counter()
+            with autocast(device, dtype):
+                value = loss(i)
+            value.backward()
+            if n >= 2:
+                times[dtype].append(time.perf_counter() - start)
+        reset()
+    fp32, bf16 = sum(times[None]) / len(batches), sum(times[torch.bfloat16]) / len(batches)
+    return AutocastProbe(fp32, bf16, torch.bfloat16 if bf16 < margin * fp32 else None)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None):
