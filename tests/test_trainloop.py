@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -430,7 +431,7 @@ def test_cpu_bf16_auto_keeps_fp32_when_bf16_is_slower_and_leaves_no_trace(tmp_pa
     off = _loop(tmp_path / "off", cfg)
     off.run(Recorder(), lambda: None)
     micro = Precision(slow="bf16")
-    auto = _loop(tmp_path / "auto", cfg.__class__(**{**cfg.__dict__, "cpu_bf16": "auto"}))
+    auto = _loop(tmp_path / "auto", dataclasses.replace(cfg, cpu_bf16="auto"))
     result = auto.run(micro, lambda: None)
     # the probe: a warm-up of each on the first batch, then batches spread over the run's 8 (4 steps of 2
     # micro-batches) both ways, which first alternating; then the 8 training calls in fp32
