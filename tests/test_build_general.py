@@ -696,3 +696,84 @@ def test_word_list_errors_name_the_fix(tmp_path, cache, monkeypatch):
     (cache / "pypi" / "wordfreq-3.1.1-py3-none-any.whl").unlink()
     with pytest.raises(TinyglotError, match="wordfreq"):
         run(tmp_path / "out", cache, words=bg.WORDLIST)
+
+
+# ---------------------------------------------------------------------------- Qt catalogues, supplements
+
+QT = ROOT / "tests" / "fixtures" / "data" / "qt"  # gcompris_de.qm: `pyside6-lrelease gcompris_de.ts` (Qt 6.11.2)
+
+
+def test_qm_parser_reads_what_lrelease_writes():
+    got = list(bg.parse_qm((QT / "gcompris_de.qm").read_bytes()))
+    assert sorted(got) == sorted([
+        ("The giraffe is the tallest animal on Earth.", "Die Giraffe ist das größte Tier der Erde."),  # a comment
+        ("&Open the door before you leave.", "Öffne die &Tür, bevor du gehst."),
+        ("Tom & Jerry run through the house.", "Tom & Jerry rennen durch das Haus."),
+        ("You found %n apples.", "Du hast %n Apfel gefunden."),  # plural forms: the first
+        ("The tower was built in 1889 for a world fair.", "Der Turm wurde 1889 für eine Weltausstellung gebaut."),
+        ("Ancient ruins 🏛 by the sea.", "Antike Ruinen 🏛 am Meer."),  # outside the BMP: a UTF-16 pair
+    ])  # the untranslated message is not there
+    data = (QT / "gcompris_de.qm").read_bytes()
+    assert list(bg.parse_qm(data[:16])) == [] and list(bg.parse_qm(b"\x1f\x8b not a catalogue")) == []
+    assert len(list(bg.parse_qm(data[:-40]))) <= len(got)  # a cut file ends early, no error
+
+
+def test_qm_catalogues_take_the_locale_of_their_name_and_drop_accelerators():
+    source = bg.Source("gcompris", ("gcompris-qt-data",), "", "GPL-3.0+", bg.extract_qm, r"\.qm$")
+    data = (QT / "gcompris_de.qm").read_bytes()
+    pairs = list(bg.extract_qm({"usr/share/gcompris-qt/translations/gcompris_pt_BR.qm": data}, source))
+    assert {p.locale for p in pairs} == {"pt_BR"}
+    assert bg.Pair("pt_BR", "Open the door before you leave.", "Öffne die Tür, bevor du gehst.") in pairs
+    assert bg.Pair("pt_BR", "Tom & Jerry run through the house.", "Tom & Jerry rennen durch das Haus.") in pairs
+
+
+EXTRA = {  # a supplement's catalogues: de has rows enough, pt and ru do not
+    "de": {"The fox hides its food under the snow.": "Der Fuchs versteckt sein Futter unter dem Schnee."},
+    "pt": {"The fox hides its food under the snow.": "A raposa esconde a comida debaixo da neve.",
+           "Owls can turn their heads very far.": "As corujas conseguem virar muito a cabeça.",
+           "A sturdy wooden chair with a cushioned seat.":  # the game's row: not twice
+               "Uma cadeira de madeira robusta com assento acolchoado.",
+           "Bees dance to show where the flowers are.": "As abelhas dançam para mostrar onde estão as flores."},
+    "ru": {"We must cross the river before the orcs find us.":  # the story's (test) sentence: never
+               "Мы должны перейти реку, пока орки нас не нашли.",
+           "Owls can turn their heads very far.": "Совы могут далеко поворачивать голову."},
+    "fr": {"Owls can turn their heads very far.": "Les hiboux peuvent tourner la tête très loin."},
+}
+
+
+def test_a_supplement_fills_thin_languages_and_displaces_nothing(tmp_path, cache):
+    extra = {f"usr/share/locale/{lang}/LC_MESSAGES/extra.mo": mo_bytes(e) for lang, e in EXTRA.items()}
+    (cache / "debian" / "extra-data_1.0-1_all.deb").write_bytes(deb_bytes(extra))
+    supplement = bg.Source("extra", ("extra-data",), "animal facts", "GPL-2.0+", bg.extract_catalogs,
+                           r"/LC_MESSAGES/extra\.mo$", fill_to=3)
+    plain, filled = tmp_path / "plain", tmp_path / "filled"
+    run(plain, cache)
+    record = run(filled, cache, sources=(*sources(), supplement))
+    before, after = train_rows(plain), train_rows(filled)
+    added = [r for r in after if r not in before]
+    assert len(after) == len(before) + len(added)  # every row of the build without it is still there
+    assert all(r["src"] == "extra" and r["license"] == "GPL-2.0+" for r in added)
+    by_lang = {lang: {r["en"] for r in added if r["lang"] == lang} for lang in ("de", "pt", "ru", "fr")}
+    assert by_lang["de"] == set()  # 9 rows already
+    assert len(by_lang["pt"]) == 2 and "A sturdy wooden chair with a cushioned seat." not in by_lang["pt"]
+    assert by_lang["ru"] == {"Owls can turn their heads very far."}  # up to 3 would be 2, but one is a test line
+    assert by_lang["fr"] == {"Owls can turn their heads very far."}  # no row before: the supplement's one
+    saved = {s["name"]: s for s in record["sources"]}  # type: ignore[index]
+    assert saved["extra"]["rows_per_language"] == {"fr": 1, "pt": 2, "ru": 1}
+    run(tmp_path / "again", cache, sources=(*sources(), supplement))
+    assert (tmp_path / "again" / bg.TRAIN_FILE).read_bytes() == (filled / bg.TRAIN_FILE).read_bytes()
+
+
+def test_fill_rows_share_the_room_among_supplements():
+    def got(name: str, fill_to: int, pairs: list[tuple[str, str, str]]) -> bg.Collected:
+        source = bg.Source(name, (name,), "", "GPL-2.0+", bg.extract_catalogs, "", fill_to=fill_to)
+        return bg.Collected(source, [], {p: p[0] for p in pairs}, set())
+
+    a = got("a", 4, [("et", f"Sentence {i} of a.", f"Lause {i} a.") for i in range(5)])
+    b = got("b", 4, [("et", f"Sentence {i} of b.", f"Lause {i} b.") for i in range(1)]
+            + [("et", "Sentence 0 of a.", "Lause 0 a.")])  # a's pair again: taken once
+    rows = [{"lang": "et", "en": "One row.", "x": "Üks rida.", "src": "x", "license": "MIT"}]
+    added = bg.fill_rows([a, b], rows, set(), seed=13)
+    assert [r["src"] for r in added].count("b") == 1 and len(added) == 3  # 4 - 1: b's one, a the other two
+    assert len({(r["en"], r["x"]) for r in added}) == 3
+    assert bg.fill_rows([a, b], rows * 4, set(), seed=13) == []

@@ -463,7 +463,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert cfg.data.languages == "e5-small" and cfg.data.min_pairs_per_lang == 1500
     assert cfg.data.general == "auto" and not cfg.data.permissive_only  # the general-domain mix by default
     assert cfg.data.general_counts  # a language's general-domain rows count towards min_pairs_per_lang
-    assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 6000
+    assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 8000
     train = cfg.student_preset().train
     assert train.batch_grouping == "source" and train.general_share == 0.7 and train.vocab_char_share == 0.125
     assert cfg.student_preset().student.init == "teacher"
@@ -473,6 +473,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert train.vocab_words == "auto" and train.vocab_word_sentences == 3500  # wordfreq's lists in the sample
     assert train.sparse_embeddings  # the 288k table stepped in the batch's rows, caught up to AdamW's
     assert train.cpu_bf16 == "auto" and load_config("default").student_preset().train.cpu_bf16 == "off"
+    assert (train.eval_every, train.save_every) == (500, 1000)  # 24 evaluations and saves paid for 2,000 steps
     # the 288k-piece table ships in 4 bits (docs/results.md, "288k pieces in a 4-bit table")
     assert [f"{f}-{q}" for f, q in cfg.export.formats] == ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests

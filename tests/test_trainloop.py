@@ -433,10 +433,10 @@ def test_cpu_bf16_auto_keeps_fp32_when_bf16_is_slower_and_leaves_no_trace(tmp_pa
     micro = Precision(slow="bf16")
     auto = _loop(tmp_path / "auto", dataclasses.replace(cfg, cpu_bf16="auto"))
     result = auto.run(micro, lambda: None)
-    # the probe: a warm-up of each on the first batch, then batches spread over the run's 8 (4 steps of 2
-    # micro-batches) both ways, which first alternating; then the 8 training calls in fp32
-    assert micro.bf16 == [False, True] + [True, False, False, True] * 4 + [False] * 8
-    assert micro.indices[:18] == [0, 0] + [i for i in range(8) for _ in (0, 1)]
+    # the probe: batches spread over the run's 8 (4 steps of 2 micro-batches), each called once untimed in
+    # the precision that goes second, then both ways, which first alternating; then the 8 training calls in fp32
+    assert micro.bf16 == [False, True, False, True, False, True] * 4 + [False] * 8
+    assert micro.indices[:24] == [i for i in range(8) for _ in (0, 1, 2)]
     assert result.precision == "fp32"
     probe = _records(tmp_path / "auto")[0]["cpu_bf16"]
     assert probe["chosen"] == "fp32" and probe["bf16_ms"] > probe["fp32_ms"] >= 0
@@ -459,7 +459,7 @@ def test_cpu_bf16_auto_takes_bf16_when_faster_and_a_resumed_run_keeps_it(tmp_pat
     first = Precision(slow="fp32")
     with pytest.raises(Killed):
         _loop(tmp_path, cfg).run(first, lambda: None, on_step=kill_at_5)
-    assert first.bf16[2 + 8 * 2:] == [True] * 10  # after the probe's warm-up and 8 batches both ways
+    assert first.bf16[8 * 3:] == [True] * 10  # after the probe's 8 batches, each once untimed and both ways
     assert load_checkpoint(tmp_path / "last.pt")["autocast"] == "bfloat16"
     again = _loop(tmp_path, cfg)
     again.resume()
@@ -482,3 +482,20 @@ def test_faster_autocast_picks_the_faster_precision():
     slower = faster_autocast(loss("bf16"), CPU, [0, 5])
     assert slower.chosen is None and slower.bf16_s > slower.fp32_s
     assert "fp32 (" in slower.describe()
+
+
+def test_faster_autocast_does_not_time_what_the_first_call_of_a_batch_pays():
+    # the e5 profile's case: building a batch costs more than its forward and backward, and is paid once
+    built: set[int] = set()
+
+    def call(index: int) -> torch.Tensor:
+        if index not in built:
+            built.add(index)
+            time.sleep(0.08)
+        if not torch.is_autocast_enabled("cpu"):
+            time.sleep(0.01)  # fp32 slower
+        x = torch.ones(3, requires_grad=True)
+        return (x * 2).sum()
+
+    probe = faster_autocast(call, CPU, [0, 3, 6, 9])
+    assert probe.chosen == torch.bfloat16 and probe.bf16_s < 0.01 < probe.fp32_s < 0.05

@@ -177,23 +177,26 @@ class AutocastProbe:
 def faster_autocast(loss: Callable[[int], torch.Tensor], device: torch.device, batches: Sequence[int],
                     reset: Callable[[], None] = lambda: None, margin: float = 0.9) -> AutocastProbe:
     """Time ``loss(i)`` and its backward for each batch index ``i`` of ``batches`` in fp32 and under bf16
-    autocast (each batch both ways, which first alternating, after one warm-up of each on the first batch;
-    ``reset()`` before every call throws the gradients away); bf16 is chosen when its total is below
-    ``margin`` times fp32's. Batches from the whole run, because short batches can favour fp32 while the run
-    as a whole favours bf16. The RNG streams are restored, so the run draws what it would have drawn."""
+    autocast; bf16 is chosen when its total is below ``margin`` times fp32's.  Each batch is first called
+    once untimed, in the precision that goes second: the first call of a batch pays for building it (its
+    rows, pieces and teacher rows; in the e5 profile 50-500 ms, more than the forward and backward) and
+    for its shapes' kernels, and a probe that timed it chose fp32 on a CPU where bf16 steps were 30 %
+    faster.  Then both ways, which first alternating; ``reset()`` before every call throws the gradients
+    away.  Batches from the whole run, because short batches can favour fp32 while the run as a whole
+    favours bf16.  The RNG streams are restored, so the run draws what it would have drawn."""
     times: dict[torch.dtype | None, list[float]] = {None: [], torch.bfloat16: []}
-    order = [(batches[0], None), (batches[0], torch.bfloat16)]  # the warm-up
+    order: list[tuple[int, torch.dtype | None, bool]] = []  # (batch, precision, timed)
     for n, i in enumerate(batches):
-        pair = [(i, None), (i, torch.bfloat16)]
-        order += pair if n % 2 else pair[::-1]
+        first, second = (None, torch.bfloat16) if n % 2 else (torch.bfloat16, None)
+        order += [(i, second, False), (i, first, True), (i, second, True)]
     with torch.random.fork_rng(devices=[]):
-        for n, (i, dtype) in enumerate(order):
+        for i, dtype, timed in order:
             reset()
             start = time.perf_counter()
             with autocast(device, dtype):
                 value = loss(i)
             value.backward()
-            if n >= 2:
+            if timed:
                 times[dtype].append(time.perf_counter() - start)
         reset()
     fp32, bf16 = sum(times[None]) / len(batches), sum(times[torch.bfloat16]) / len(batches)

@@ -86,6 +86,9 @@ class Source:
     test: str = "general"  # a test source: the held-out test it feeds (``OUT/{test}-test/``)
     end_punct: bool = True  # pairs: keep only English that ends like a sentence
     min_words: int = 0  # a lower word limit than the build's (0: the build's), for sources of short phrases
+    # a supplement (> 0): its pairs go only to languages that the other sources give fewer rows than this,
+    # and only up to this many rows in all, so it adds text where text is thin and displaces none
+    fill_to: int = 0
 
     @property
     def permissive(self) -> bool:
@@ -130,6 +133,49 @@ def parse_po(text: str) -> Iterator[tuple[str, str]]:
             yield entry.msgid, entry.msgstr0
 
 
+_QM_MAGIC = bytes.fromhex("3CB86418CAEF9C95CD211CBF60A1BDDD")
+_QM_MESSAGES = 0x69  # the section of a .qm file that holds the messages
+_QM_END, _QM_TRANSLATION, _QM_OBSOLETE1, _QM_SOURCE, _QM_CONTEXT, _QM_COMMENT = 1, 3, 5, 6, 7, 8
+_QM_SOURCE16, _QM_CONTEXT16 = 2, 4  # the old 16-bit forms
+
+
+def parse_qm(data: bytes) -> Iterator[tuple[str, str]]:
+    """(source text, translation) of a compiled Qt catalogue (``.qm``, as Qt's ``lrelease`` writes it): the
+    first translation of each message (plural forms dropped), untranslated messages skipped.  A file that
+    is not a ``.qm`` gives nothing; an unknown tag ends the file's messages."""
+    if not data.startswith(_QM_MAGIC):
+        return
+    at, messages = len(_QM_MAGIC), b""
+    while at + 5 <= len(data):  # sections: a tag byte, a big-endian length, the data
+        tag, size = data[at], int.from_bytes(data[at + 1:at + 5], "big")
+        if tag == _QM_MESSAGES:
+            messages = data[at + 5:at + 5 + size]
+        at += 5 + size
+    m, source, translations = 0, "", []
+    while m < len(messages):
+        tag = messages[m]
+        m += 1
+        if tag == _QM_END:
+            if source and translations and translations[0]:
+                yield source, translations[0]
+            source, translations = "", []
+        elif tag == _QM_OBSOLETE1:
+            m += 4
+        elif tag in (_QM_TRANSLATION, _QM_SOURCE, _QM_CONTEXT, _QM_COMMENT, _QM_SOURCE16, _QM_CONTEXT16):
+            size = int.from_bytes(messages[m:m + 4], "big")
+            m += 4
+            if size == 0xFFFFFFFF:  # a null translation
+                size = 0
+            text = messages[m:m + size]
+            m += size
+            if tag == _QM_TRANSLATION:
+                translations.append(text.decode("utf-16-be", "replace"))
+            elif tag == _QM_SOURCE:
+                source = text.decode("utf-8", "replace")
+        else:
+            return
+
+
 def locale_of(path: str) -> str:
     """The locale a catalog's path names: ``de/LC_MESSAGES/x.mo``, ``world1/pt_BR.po``, ``data.de.po``."""
     parts = path.split("/")
@@ -154,6 +200,17 @@ def extract_catalogs(files: Files, source: Source) -> Iterator[Pair | Mono]:
             continue
         for en, x in entries:
             yield Pair(locale, en, x)
+
+
+_ACCELERATOR = re.compile(r"&(?=\w)")  # Qt's keyboard-shortcut marker: "&Open" is shown "Open"
+
+
+def extract_qm(files: Files, source: Source) -> Iterator[Pair | Mono]:
+    """Compiled Qt catalogues named ``APP_LOCALE.qm`` (``gcompris_pt_BR.qm``): the source text is English."""
+    for path in sorted(files):
+        stem = path.rsplit("/", 1)[-1].removesuffix(".qm")
+        for en, x in parse_qm(files[path]):
+            yield Pair(stem.split("_", 1)[-1], _ACCELERATOR.sub("", en), _ACCELERATOR.sub("", x))
 
 
 def extract_tuxpaint(files: Files, source: Source) -> Iterator[Pair | Mono]:
@@ -697,6 +754,8 @@ def fetch_members(package: str, registry: str, members: str, cache: Path, offlin
 _GAME = "usr/share/games/"
 _LOCALE = r"(?:locale|LC_MESSAGES)/"
 
+FILL_TO = 4_000  # the supplements' target: a language's rows of general-domain text (data/README.md)
+
 SOURCES: tuple[Source, ...] = (
     # the held-out test: narrative and dialogue of two Wesnoth campaigns; no wesnoth package is read for training
     Source("wesnoth", ("wesnoth-1.16-httt", "wesnoth-1.16-tsg"),
@@ -730,6 +789,13 @@ SOURCES: tuple[Source, ...] = (
            extract_catalogs, r"/LC_MESSAGES/freedroidrpg(-dialogs|-data)?\.mo$"),
     Source("naev", ("naev-data",), "space trading and combat game: mission story and dialogue, ship and outfit "
            "descriptions", "GPL-3.0+", extract_catalogs, r"/LC_MESSAGES/naev\.mo$"),
+    # supplements: only where the sources above and below leave a language under FILL_TO rows (lt, et, sl, eu,
+    # tr, el...), so that they add text where it is thin and displace no narrative text elsewhere
+    Source("gcompris", ("gcompris-qt-data",), "educational activities for children: instructions, facts on "
+           "animals, monuments and history", "GPL-3.0+ AND AGPL-3.0", extract_qm,
+           r"/gcompris-qt/translations/gcompris_[^/]+\.qm$", fill_to=FILL_TO),
+    Source("kstars", ("kstars-data",), "astronomy help: descriptions of the sky's objects and how to observe "
+           "them", "GPL-2.0+", extract_catalogs, r"/LC_MESSAGES/kstars\.mo$", fill_to=FILL_TO),
     Source("debian-reference", ("debian-reference-en", "debian-reference-de", "debian-reference-es",
                                 "debian-reference-fr", "debian-reference-id", "debian-reference-it",
                                 "debian-reference-ja", "debian-reference-pt", "debian-reference-zh-cn"),
@@ -962,7 +1028,10 @@ def select_train(collected: Sequence[Collected], excluded: set[str], seed: int, 
     """The training rows: at most ``max_english`` distinct English sentences (shared fairly among the
     sources) with their translations, at most ``max_rows`` pair rows (shared fairly among the sources, at
     most ``max_source_rows`` from one, and within a source among its languages), and at most ``max_mono``
-    monolingual sentences (shared fairly among the languages)."""
+    monolingual sentences (shared fairly among the languages); then the supplements' pairs
+    (:func:`fill_rows`), which these caps do not count."""
+    supplements = [got for got in collected if got.source.fill_to]
+    collected = [got for got in collected if not got.source.fill_to]
     english: dict[str, Source] = {}  # each English sentence belongs to the first source that has it
     translations: dict[str, dict[tuple[str, str], Source]] = defaultdict(dict)
     for got in collected:
@@ -1002,8 +1071,37 @@ def select_train(collected: Sequence[Collected], excluded: set[str], seed: int, 
         for text in sorted(texts, key=lambda t: _rank(seed, lang, t))[: mono_shares[lang]]:
             rows.append({"lang": lang, "en": text, "x": text, "src": texts[text].name,
                          "license": texts[text].license})
+    rows.extend(fill_rows(supplements, rows, excluded, seed))
     rows.sort(key=lambda r: (r["lang"], r["src"], r["en"], r["x"]))
     return rows
+
+
+def fill_rows(supplements: Sequence[Collected], rows: Sequence[dict[str, str]], excluded: set[str], seed: int
+              ) -> list[dict[str, str]]:
+    """The supplements' pair rows: in each language that ``rows`` holds fewer of than a supplement's
+    ``fill_to``, as many as make up the difference (shared fairly among the supplements that have pairs
+    there, each taking its own seeded choice); none of a (lang, en, x) already in ``rows``."""
+    have = Counter(row["lang"] for row in rows)
+    seen = {(row["lang"], key(row["en"]), key(row["x"])) for row in rows}
+    candidates: dict[str, dict[str, list[tuple[str, str]]]] = defaultdict(dict)  # lang -> source -> pairs
+    sources = {got.source.name: got.source for got in supplements}
+    for got in supplements:
+        for lang, en, x in sorted(got.pairs, key=lambda p: _rank(seed, *p)):
+            k = (lang, key(en), key(x))
+            if k in seen or key(en) in excluded or key(x) in excluded:
+                continue
+            seen.add(k)
+            candidates[lang].setdefault(got.source.name, []).append((en, x))
+    added: list[dict[str, str]] = []
+    for lang, by_source in sorted(candidates.items()):
+        room = max(sources[name].fill_to for name in by_source) - have[lang]
+        if room <= 0:
+            continue
+        wanted = {name: min(len(pairs), max(0, sources[name].fill_to - have[lang])) for name, pairs in by_source.items()}
+        for name, share in water_fill(wanted, room).items():
+            added.extend({"lang": lang, "en": en, "x": x, "src": name, "license": sources[name].license}
+                         for en, x in by_source[name][:share])
+    return added
 
 
 def test_folder(name: str) -> str:
@@ -1107,6 +1205,7 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         "sources": [{
             "name": got.source.name, "role": got.source.role, "registry": got.source.registry,
             "text": got.source.text, "license": got.source.license, "permissive": got.source.permissive,
+            "fill_to": got.source.fill_to,
             "downloads": [vars(d) for d in got.downloads],
             "rows_per_language": (dict(sorted(rows_by_src[got.source.name].items())) if got.source.role == "train"
                                   else {lang: len(p) for lang, p in tests[got.source.test].items()}),
