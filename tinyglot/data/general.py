@@ -151,7 +151,8 @@ def parse_qm(data: bytes) -> Iterator[tuple[str, str]]:
         if tag == _QM_MESSAGES:
             messages = data[at + 5:at + 5 + size]
         at += 5 + size
-    m, source, translations = 0, "", []
+    m, source = 0, ""
+    translations: list[str] = []
     while m < len(messages):
         tag = messages[m]
         m += 1
@@ -1097,7 +1098,8 @@ def fill_rows(supplements: Sequence[Collected], rows: Sequence[dict[str, str]], 
         room = max(sources[name].fill_to for name in by_source) - have[lang]
         if room <= 0:
             continue
-        wanted = {name: min(len(pairs), max(0, sources[name].fill_to - have[lang])) for name, pairs in by_source.items()}
+        wanted = {name: min(len(pairs), max(0, sources[name].fill_to - have[lang]))
+                  for name, pairs in by_source.items()}
         for name, share in water_fill(wanted, room).items():
             added.extend({"lang": lang, "en": en, "x": x, "src": name, "license": sources[name].license}
                          for en, x in by_source[name][:share])
