@@ -104,7 +104,8 @@ class LeallaTrainer:
                           train_vocabulary(train_g, vocab_size, tc.vocab_sentences, seed=tc.seed,
                                            char_share=tc.vocab_char_share, general_share=tc.vocab_general_share,
                                            words=vocabulary_words(tc.vocab_words, train_g),
-                                           word_sentences=tc.vocab_word_sentences))
+                                           word_sentences=tc.vocab_word_sentences,
+                                           cache_dir=cache_dir))
         self.ctx.barrier()
         tokenizer = Tokenizer.load(self.out / "tokenizer.model")
         check_tokenizer(tokenizer, [*train_g, PIVOT])

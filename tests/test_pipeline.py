@@ -474,6 +474,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert train.sparse_embeddings  # the 288k table stepped in the batch's rows, caught up to AdamW's
     assert train.cpu_bf16 == "auto" and load_config("default").student_preset().train.cpu_bf16 == "off"
     assert (train.eval_every, train.save_every) == (500, 1000)  # 24 evaluations and saves paid for 2,000 steps
+    assert train.lr == 1.5e-3 and load_config("default").student_preset().train.lr == 1e-3  # "A higher learning rate"
     # the 288k-piece table ships in 4 bits (docs/results.md, "288k pieces in a 4-bit table")
     assert [f"{f}-{q}" for f, q in cfg.export.formats] == ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]
     assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
@@ -559,6 +560,9 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
 
     vocabulary = Tokenizer.load(tmp_path / "run" / "distill" / "tokenizer.model")
     assert len(vocabulary.tokenize("zauberschwert")) == 1  # a listed word the corpus never shows: one piece
+    # the vocabulary is kept beside the e5 pass, so a rerun on the same sample loads it instead of learning it
+    [kept_vocabulary] = (tmp_path / "home" / "teacher-cache").glob("vocabulary-*.model")
+    assert Tokenizer.load(kept_vocabulary).sha256 == vocabulary.sha256
     # the scores of fixed models (the peers, and the teacher, which is one) are kept in TINYGLOT_HOME for every
     # later run folder; the run's own models in the run
     fixed_rows = [m["result"] for m in results["models"] if m["kind"] in ("peer", "teacher")]

@@ -258,3 +258,31 @@ def test_equally_likely_segmentations_are_a_viterbi_tie_not_a_mismatch():
     assert not tok.equally_likely(ours, ours[:-1])  # another text
     four_dots = ours[:-2] + [dot] * 4  # the same text, a less likely segmentation: a real mismatch
     assert tok.decode(four_dots) == tok.decode(ours) and not tok.equally_likely(ours, four_dots)
+
+
+def test_a_vocabulary_is_learnt_once_for_a_sample_and_reused(small_pairs, tmp_path, monkeypatch):
+    """train_vocabulary with a cache folder: the second run on the same sample and settings loads the
+    model the first one kept (SentencePiece is not called; the same pieces); another seed, which draws
+    another sample, learns its own; a damaged cache file is learnt again and replaced."""
+    import sentencepiece
+
+    train = group_by_lang(small_pairs)
+    kw = {"vocab_size": 2000, "max_sentences": 400, "char_share": 0.125}
+    first = train_vocabulary(train, **kw, seed=0, cache_dir=tmp_path)
+    kept = list(tmp_path.glob("vocabulary-*.model"))
+    assert len(kept) == 1 and Tokenizer.load(kept[0]).sha256 == first.sha256
+    assert first.sha256 == train_vocabulary(train, **kw, seed=0).sha256  # the cache changes nothing learnt
+
+    trained = []
+    real = sentencepiece.SentencePieceTrainer.train
+    monkeypatch.setattr(sentencepiece.SentencePieceTrainer, "train",
+                        lambda *a, **k: trained.append(1) or real(*a, **k))
+    assert train_vocabulary(train, **kw, seed=0, cache_dir=tmp_path).sha256 == first.sha256
+    assert trained == []
+    other = train_vocabulary(train, **kw, seed=1, cache_dir=tmp_path)
+    assert trained == [1] and len(list(tmp_path.glob("vocabulary-*.model"))) == 2
+    assert other.sha256 != first.sha256
+
+    kept[0].write_bytes(b"not a model")
+    assert train_vocabulary(train, **kw, seed=0, cache_dir=tmp_path).sha256 == first.sha256
+    assert trained == [1, 1] and Tokenizer.load(kept[0]).sha256 == first.sha256

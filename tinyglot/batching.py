@@ -8,8 +8,10 @@ takes its own slice of it.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,6 +64,7 @@ def train_vocabulary(
     train: dict[str, list[Pair]], vocab_size: int, max_sentences: int, model_type: str = "unigram",
     lowercase: bool = True, seed: int = 0, char_share: float = 0.0, general_share: float = 0.0,
     words: Mapping[str, Sequence[tuple[str, int]]] | None = None, word_sentences: int = 0,
+    cache_dir: str | Path | None = None,
 ) -> Tokenizer:
     """A SentencePiece vocabulary trained on a language-balanced sample of both sides; with
     ``char_share`` > 0 (``train.vocab_char_share``) it holds every character that the whole corpus holds
@@ -69,7 +72,9 @@ def train_vocabulary(
     (``train.vocab_general_share``) that share of the sample of a language with both kinds of rows comes
     from its general-domain rows (:attr:`Pair.general`); with ``words`` (``train.vocab_words``: language
     -> (word, wordfreq bucket), most frequent first) the sample also holds :func:`word_lines` of each
-    language of ``train`` that has a list."""
+    language of ``train`` that has a list.  With ``cache_dir`` the model is kept there under a hash of
+    everything SentencePiece is given (:func:`vocabulary_key`): a rerun on the same sample loads it
+    instead of training it again (SentencePiece is seeded, so it would learn the same pieces)."""
     per_lang = max(1, max_sentences // (2 * len(train)))
     rng = np.random.default_rng(seed)
     sample: list[str] = []
@@ -84,8 +89,39 @@ def train_vocabulary(
                 sample += word_lines(words[lang], word_sentences, word_rng)
     chars = frequent_characters((s for ps in train.values() for p in ps for s in (p.x, p.en)),
                                 int(vocab_size * char_share), lowercase)
-    return Tokenizer.train(sample, languages=[*train, PIVOT], vocab_size=vocab_size, model_type=model_type,
-                           lowercase=lowercase, seed=seed, required_chars=chars)
+    languages = [*train, PIVOT]
+    cached = None
+    if cache_dir is not None:
+        key = vocabulary_key(sample, languages, vocab_size, model_type, lowercase, seed, chars)
+        cached = Path(cache_dir) / f"vocabulary-{key[:24]}.model"
+        if cached.is_file():
+            try:
+                tokenizer = Tokenizer.load(cached)
+                log.info("vocabulary: %s (the same sample and settings as a run before)", cached)
+                return tokenizer
+            except TinyglotError:  # a damaged file: trained again below and replaced
+                log.warning("vocabulary cache %s is not a SentencePiece model: training it again", cached)
+    tokenizer = Tokenizer.train(sample, languages=languages, vocab_size=vocab_size, model_type=model_type,
+                                lowercase=lowercase, seed=seed, required_chars=chars)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(cached)
+    return tokenizer
+
+
+def vocabulary_key(sample: Sequence[str], languages: Sequence[str], vocab_size: int, model_type: str,
+                   lowercase: bool, seed: int, required_chars: str) -> str:
+    """sha256 of what :meth:`Tokenizer.train` learns a vocabulary from: the sample (in order), the
+    settings, the required characters and SentencePiece's version."""
+    import sentencepiece
+
+    settings = {"languages": sorted(set(languages)), "vocab_size": vocab_size, "model_type": model_type,
+                "lowercase": lowercase, "seed": seed, "required_chars": required_chars,
+                "sentencepiece": sentencepiece.__version__, "format": 1}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+    for sentence in sample:
+        digest.update(sentence.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()
 
 
 WORDS_SALT = 7  # the word lines' generator: seeded apart from the sample's
