@@ -1089,7 +1089,7 @@ def fill_rows(supplements: Sequence[Collected], rows: Sequence[dict[str, str]], 
     for got in supplements:
         for lang, en, x in sorted(got.pairs, key=lambda p: _rank(seed, *p)):
             k = (lang, key(en), key(x))
-            if k in seen or key(en) in excluded or key(x) in excluded:
+            if k in seen or k[1] in excluded or k[2] in excluded:
                 continue
             seen.add(k)
             candidates[lang].setdefault(got.source.name, []).append((en, x))
