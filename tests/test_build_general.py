@@ -418,12 +418,19 @@ def test_caps_limit_english_and_monolingual(tmp_path, cache):
     assert sum(r["src"] == "game" for r in train_rows(out)) == 1
 
 
-def test_permissive_only_keeps_permissive_training_rows(tmp_path, cache):
+def test_a_tier_keeps_the_training_rows_a_shipped_model_of_it_may_learn_from(tmp_path, cache):
     out = tmp_path / "out"
-    run(out, cache, permissive_only=True)
+    record = run(out, cache, tier="permissive")
     rows = train_rows(out)
     assert rows and {r["license"] for r in rows} == {"BSD-3-Clause"}
     assert (out / "general-test" / "de.tsv").is_file()  # the test is not shipped: it stays
+    assert record["command"]["tier"] == "permissive"  # type: ignore[index]
+    run(out, cache, tier="share-alike")  # and the CC-BY-SA game text, but not the GPL fortunes
+    assert {r["license"] for r in train_rows(out)} == {"BSD-3-Clause", "CC-BY-SA-3.0"}
+    assert {s["name"]: s["tier"] for s in json.loads((out / "SOURCES.json").read_text())["sources"]}["game"] \
+        == "share-alike"
+    with pytest.raises(TinyglotError, match="--tier='gpl' is not a licence tier"):
+        run(out, cache, tier="gpl")
 
 
 def test_language_selection_and_test_train_disjoint_packages(tmp_path, cache):
@@ -479,7 +486,7 @@ def test_data_general_help_names_its_options_and_defaults():
     assert got.returncode == 0, got.stderr
     assert got.stdout.startswith("usage: tinyglot data general")
     text = " ".join(got.stdout.split())
-    for option in ("--out", "--cache", "--holdout", "--permissive-only", "--skip", "--offline", "--languages"):
+    for option in ("--out", "--cache", "--holdout", "--tier", "--commonvoice", "--skip", "--offline", "--languages"):
         assert option in text
     assert "$TINYGLOT_HOME/general," in text and "$TINYGLOT_HOME/general-cache" in text
 
@@ -591,7 +598,7 @@ def test_new_permissive_sources_build_and_record_their_licence(tmp_path, cache):
         whl.writestr("spacy-3.8.18.dist-info/METADATA", "Name: spacy\nLicense: MIT\n")
     extra = tuple(s for s in bg.SOURCES if s.name in ("mimesis", "spacy-examples"))
     out = tmp_path / "out"
-    record = run(out, cache, sources=(*sources(), *extra), permissive_only=True)
+    record = run(out, cache, sources=(*sources(), *extra), tier="permissive")
     rows = train_rows(out)
     assert {r["src"] for r in rows} == {"chatterbot", "mimesis", "spacy-examples"}
     assert {r["license"] for r in rows} == {"BSD-3-Clause", "MIT"}
@@ -632,7 +639,7 @@ def test_cldr_annotations_pair_names_by_code_point_and_keep_short_phrases(tmp_pa
     package = {**files, "usr/share/doc/unicode-cldr-core/copyright": b"Files: *\nLicense: Unicode-DFS-2016\n"}
     (cache / "debian" / "unicode-cldr-core_41-0.1_all.deb").write_bytes(deb_bytes(package))
     out = tmp_path / "out"
-    record = run(out, cache, sources=(*sources(), source), permissive_only=True)
+    record = run(out, cache, sources=(*sources(), source), tier="permissive")
     cldr = {(r["lang"], r["en"], r["x"]) for r in train_rows(out) if r["src"] == "cldr-annotations"}
     # one-word names pass this source's word limit (the build's is 3), the placeholder "#" is still dropped
     assert cldr == {("de", "dog", "Hund"), ("de", "castle", "Schloss"), ("de", "crossed swords", "gekreuzte Schwerter"),
@@ -670,7 +677,7 @@ def test_word_lists_are_written_cleaned_and_recorded(tmp_path, cache):
 
 
 def test_no_word_lists_for_a_shipped_model_or_when_skipped(tmp_path, cache):
-    for kw in ({"permissive_only": True}, {"skip": ["wordfreq"]}, {}):
+    for kw in ({"tier": "permissive"}, {"skip": ["wordfreq"]}, {}):
         out = tmp_path / str(len(kw) and next(iter(kw)))
         record = run(out, cache, **({"words": bg.WORDLIST} if kw else {}), **kw)
         assert "words" not in record and not (out / bg.WORDS_FOLDER).exists()

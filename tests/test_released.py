@@ -401,6 +401,19 @@ def test_release_refuses_bad_names_copyleft_data_and_foreign_folders(student_dir
                              "license": "BSD-3-Clause"}) + "\n")
     with pytest.raises(TinyglotError, match=r"weblate \(GPL-3.0-or-later, 1 rows\)"):
         release_student(student_dir, "tiny", root=root, corpus=[gpl])
+    # GPL text never goes into a shipped model, whatever --allow-licence says; CC-BY-SA only in share-alike
+    with pytest.raises(TinyglotError, match="GPL-family text never goes into a shipped model"):
+        release_student(student_dir, "tiny", root=root, corpus=[gpl], allowed_licences=["GPL-3.0-or-later"])
+    sa = tmp_path / "sa.jsonl.gz"
+    with gzip.open(sa, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps({"lang": "de", "en": "A chair.", "x": "Ein Stuhl.", "src": "cataclysm-dda",
+                             "license": "CC-BY-SA-3.0"}) + "\n")
+    with pytest.raises(TinyglotError, match=r"a permissive release may not carry: cataclysm-dda \(CC-BY-SA-3.0"):
+        release_student(student_dir, "tiny", root=root, corpus=[sa])
+    with pytest.raises(TinyglotError, match="not 'gpl'"):
+        release_student(student_dir, "tiny", root=root, corpus=[sa], tier="gpl")
+    with pytest.raises(TinyglotError, match="at most 33 MB, not 50 MB"):
+        release_student(student_dir, "tiny", root=root, corpus=[sa], tier="share-alike", max_bytes=50_000_000)
     # no corpus: the sources a pipeline run recorded beside its student (distill/summary.json) are checked
     run_student = tmp_path / "run" / "distill" / "student"
     shutil.copytree(student_dir, run_student)
@@ -412,8 +425,7 @@ def test_release_refuses_bad_names_copyleft_data_and_foreign_folders(student_dir
     foreign.mkdir(parents=True)
     (foreign / "notes.txt").write_text("mine")
     with pytest.raises(TinyglotError, match="not written by tinyglot"):
-        release_student(student_dir, "tiny", root=root, corpus=[gpl], allowed_licences=["GPL-3.0-or-later"],
-                        formats=["onnx-text"])
+        release_student(student_dir, "tiny", root=root, corpus=[sa], tier="share-alike", formats=["onnx-text"])
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     with pytest.raises(TinyglotError, match="unknown keys: colour"):
         release_student(student_dir, "tiny2", {"colour": "blue"}, root=root)

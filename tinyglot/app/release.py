@@ -11,13 +11,15 @@ runtime); then it
   ``eval/results.json``, the ``--json`` of ``benchmarks/peers.py``, per-model ``tinyglot eval --json``
   files, or the numbers themselves),
 - counts the data attributions from the training corpus's rows (``src``/``license``) and refuses
-  licences that are not permissive (``tinyglot.data.pairs.PERMISSIVE``),
+  licences that the release's tier does not allow (``tinyglot.data.pairs.licence_tier``: ``permissive``,
+  the weights under Apache-2.0; ``share-alike``, permissive and CC-BY-SA text, the weights under
+  CC-BY-SA-4.0; GPL-family text never),
 - writes ``MODEL_CARD.md``, ``LICENSES.md`` (the teacher's licence, the data attributions) and
   ``release.json`` (the manifest, with the sha256 of every file),
 
 all in a staging folder beside ``NAME`` that replaces it in one atomic swap, and only when the whole
-model is at most 10 MB (``MAX_RELEASE_BYTES``).  A ``NAME`` folder that tinyglot did not write is never
-touched (:mod:`tinyglot.outputs`).
+model is at most ``max_bytes`` (at most ``MAX_RELEASE_BYTES``, USE-m's 33 MB).  A ``NAME`` folder that
+tinyglot did not write is never touched (:mod:`tinyglot.outputs`).
 
 The card data (``--card-data FILE``, a JSON object; paths in it are relative to the file) says what the
 student folder does not::
@@ -29,8 +31,7 @@ student folder does not::
      "attributions": [{"src": "fortunes-de", "license": "public-domain", "rows": 1234, "by": "..."}],
      "results": "runs/peers.json",
      "student_spec": "runs/e5/export/onnx-text-dynamic",
-     "test_sets": {"libreoffice": "shared/data/test/libreoffice: 10 languages, up to 1,000 pairs each"},
-     "licence": "MIT"}
+     "test_sets": {"libreoffice": "shared/data/test/libreoffice: 10 languages, up to 1,000 pairs each"}}
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from tinyglot.released import (
     released_root,
 )
 
-from tinyglot.data.pairs import PERMISSIVE  # the licences a shipped model may be trained on
+from tinyglot.data.pairs import TIERS, WEIGHTS_LICENCE, licence_tier, tier_allows
 
 QUANTIZATION = "dynamic"  # int8: what a released bundle is
 QUANTIZATIONS = (QUANTIZATION, "dynamic-int4-embeddings")  # the second for the ONNX bundles; others stay int8
@@ -121,9 +122,17 @@ KNOWN_SOURCES = {
     "cldr-annotations": "Unicode, Inc. (the Unicode Common Locale Data Repository)",
     "chatterbot": "Gunther Cox and the chatterbot-corpus contributors",
     "spacy-examples": "ExplosionAI GmbH, spaCy GmbH and Matthew Honnibal",
+    "commonvoice": "Mozilla Common Voice sentence text (CC0-1.0): the Common Voice contributors",
+    # the share-alike sources (CC-BY-SA: a model trained on them is released under CC-BY-SA-4.0)
+    "cataclysm-dda": "the Cataclysm: Dark Days Ahead contributors and translators (CC-BY-SA-3.0)",
+    "flare": "Clint Bellanger and the Flare contributors and translators (CC-BY-SA-3.0)",
+    "supertux": "the SuperTux team and translators (under its CC-BY-SA-3.0 option)",
+    "wordfreq": "Robyn Speer, Luminoso Technologies and wordfreq's sources (word lists, CC-BY-SA-4.0)",
 }
 CARD_KEYS = {"description", "teacher", "teacher_licence", "training", "corpus", "attributions", "results",
-             "student_spec", "teacher_spec", "test_sets", "licence", "languages", "speed", "notes"}
+             "student_spec", "teacher_spec", "test_sets", "languages", "speed", "notes"}
+# licences no shipped model is trained on, whatever --allow-licence says
+NEVER_SHIPPED = re.compile(r"\b(A|L)?GPL\b")
 
 
 # ====================================================================== inputs
@@ -185,16 +194,6 @@ def _path(value: Any, base: Path, what: str) -> Path:
     return path if path.is_absolute() else base / path
 
 
-def licence_is_permissive(licence: str) -> bool:
-    """An SPDX-like licence (``A OR B``: one of them; ``A AND B``: both) that a shipped model may be trained on."""
-    text = str(licence or "").strip()
-    if " OR " in text:
-        return any(licence_is_permissive(p) for p in text.split(" OR "))
-    if " AND " in text:
-        return all(licence_is_permissive(p) for p in text.split(" AND "))
-    return text.strip("()") in PERMISSIVE
-
-
 def _corpus_rows(path: Path) -> Iterator[tuple[str, str, str]]:
     """``(src, license, lang)`` of each row of a JSONL corpus file (plain or .gz)."""
     if not path.is_file():
@@ -235,16 +234,30 @@ def run_attributions(student: Path) -> list[dict[str, Any]] | None:
     return _attributed(sources) if isinstance(sources, list) else None
 
 
-def check_licences(attributions: Sequence[dict], allowed: Iterable[str] = ()) -> None:
-    """Refuse training data under a licence a shipped model may not carry (copyleft, unknown)."""
+def check_tier(tier: str) -> str:
+    """``tier`` when it is one a release takes (:data:`~tinyglot.data.pairs.TIERS`), else a clear error."""
+    if tier not in TIERS:
+        raise TinyglotError(f"a release is of the tier {' or '.join(TIERS)}, not {tier!r}",
+                            "permissive: the weights under Apache-2.0; share-alike: under CC-BY-SA-4.0")
+    return tier
+
+
+def check_licences(attributions: Sequence[dict], tier: str = "permissive", allowed: Iterable[str] = ()) -> None:
+    """Refuse training data under a licence a release of ``tier`` may not carry: above the tier (copyleft, or
+    CC-BY-SA in a permissive release), unknown, or GPL-family text, which no shipped model carries even when
+    ``allowed`` names it (``--allow-licence`` is for a licence you checked to be permissive)."""
     allowed = set(allowed)
+    never = [a for a in attributions if NEVER_SHIPPED.search(str(a.get("license", "")))
+             and licence_tier(a.get("license", "")) not in TIERS]
     bad = [a for a in attributions
-           if not licence_is_permissive(a.get("license", "")) and a.get("license") not in allowed]
+           if not tier_allows(tier, a.get("license", "")) and (a.get("license") not in allowed or a in never)]
     if bad:
         listed = ", ".join(f"{a.get('src')} ({a.get('license')}, {a.get('rows', '?')} rows)" for a in bad[:8])
-        raise TinyglotError(f"the student was trained on data that a released model may not carry: {listed}",
-                            "train it on the permissive rows only (shared/data/README.md: MPL-2.0, BSD, MIT, "
-                            "Apache-2.0); after checking a licence yourself, pass --allow-licence LICENCE")
+        gpl = any(a in never for a in bad)
+        raise TinyglotError(f"the student was trained on data that a {tier} release may not carry: {listed}",
+                            ("GPL-family text never goes into a shipped model: train it " if gpl else "train it ")
+                            + f"on the {tier} rows only (data.tier={tier}, tinyglot data general --tier {tier})"
+                            + ("" if gpl else "; after checking a licence yourself, pass --allow-licence LICENCE"))
 
 
 def _pct(value: Any) -> float | None:
@@ -489,7 +502,7 @@ def licences_text(manifest: dict) -> str:
     out = [f"# Licences and attributions: {manifest['name']}", "",
            f"The released model ({manifest['name']}) is distributed under **{lic['model']}**; tinyglot's code is "
            "Apache-2.0. It was distilled from the teacher below and trained on the data below: their notices "
-           "travel with it.", "", "## The teacher", ""]
+           "travel with it.", "", tier_text(manifest.get("tier", "permissive")), "", "## The teacher", ""]
     if teacher.get("licence") == "MIT" and teacher.get("copyright"):
         out += [f"{teacher['name']} ({teacher.get('source', '')}), licence MIT:", "", "```",
                 "MIT License", "", teacher["copyright"], "", MIT_TEXT, "```", ""]
@@ -513,6 +526,17 @@ def licences_text(manifest: dict) -> str:
             "https://opensource.org/licenses. The segments were extracted from the projects' translation files and "
             "used to train the model; no text of them is stored in the model files.", ""]
     return "\n".join(out)
+
+
+def tier_text(tier: str) -> str:
+    """What a release's licence tier means, in a sentence or two."""
+    if tier == "share-alike":
+        return ("Tier: **share-alike**. It learnt from CC-BY-SA text (marked below) as well as permissive text, so "
+                "its weights are released under CC-BY-SA-4.0: a model made from them carries the same licence and "
+                "the attributions below. No GPL-family text went into it.")
+    return ("Tier: **permissive**. It learnt only from permissively licensed or public-domain text (CC0, MIT, BSD, "
+            "MPL, Apache, Unicode), so its weights are released under Apache-2.0. No share-alike or GPL-family "
+            "text went into it.")
 
 
 def no_mediapipe_usage() -> str:
@@ -595,8 +619,9 @@ strings (the SentencePiece tokenizer is inside): {sizes}.
 - `onnx-text/model.onnx`: onnxruntime + onnxruntime-extensions (Python, C++, Java, C#, mobile)
 {"- `tflite-mediapipe/model.tflite`: MediaPipe's TextEmbedder (Android, iOS, the browser, Python)" if mp else ""}
 
-Licence: {m['licences']['model']}; the teacher's licence ({teacher.get('name')}, {teacher.get('licence')}) and
-the data attributions are in [LICENSES.md](LICENSES.md). The sha256 of every file is in `{MANIFEST}`.
+Licence: {m['licences']['model']} (the {m.get('tier', 'permissive')} tier); the teacher's licence
+({teacher.get('name')}, {teacher.get('licence')}) and the data attributions are in [LICENSES.md](LICENSES.md).
+The sha256 of every file is in `{MANIFEST}`.
 
 ## Quality
 
@@ -697,6 +722,7 @@ def release_student(
     corpus: Sequence[str | os.PathLike[str]] = (),
     formats: Sequence[str] = FORMATS,
     allowed_licences: Iterable[str] = (),
+    tier: str = "permissive",
     max_bytes: int = MAX_RELEASE_BYTES,
     testset: Any = None,
     max_sentences: int = 100,
@@ -707,9 +733,15 @@ def release_student(
     """Release the student at ``student`` as ``root/NAME`` (default root: the package's
     ``tinyglot/released``); returns the manifest.  See the module docstring.  ``quantize``: the
     bundles' quantization, one of :data:`QUANTIZATIONS` (``dynamic-int4-embeddings``: the ONNX
-    bundles' token table as 4-bit blocks; a format without it takes ``dynamic``)."""
+    bundles' token table as 4-bit blocks; a format without it takes ``dynamic``); ``tier``: the licence tier
+    (:data:`~tinyglot.data.pairs.TIERS`), which decides the data it may have learnt from and the licence of
+    its weights; ``max_bytes``: the size it may take (at most :data:`MAX_RELEASE_BYTES`)."""
     from tinyglot.export.formats import get_format
 
+    check_tier(tier)
+    if not 0 < max_bytes <= MAX_RELEASE_BYTES:
+        raise TinyglotError(f"a release takes at most {MAX_RELEASE_BYTES / 1e6:.0f} MB, not {max_bytes / 1e6:g} MB",
+                            "pass a --max-mb up to that")
     if quantize not in QUANTIZATIONS:
         raise TinyglotError(f"a release is quantized {' or '.join(QUANTIZATIONS)}, not {quantize!r}")
     name = check_name(name)
@@ -735,7 +767,7 @@ def release_student(
     if not attributions:
         say("no record of the training data (no --corpus, no card attributions, no tinyglot run summary beside "
             "the student): its licences are not checked and LICENSES.md lists no data source")
-    check_licences(attributions, allowed_licences)
+    check_licences(attributions, tier, allowed_licences)
     results, bench_speed = read_results(card, base, name, str(card.get("teacher_spec") or "e5-small"))
     # the note's fields filled once, here: one naming a test the results lack stops before any export
     card = {**card, "notes": fill_notes(card.get("notes"), results)}
@@ -744,7 +776,7 @@ def release_student(
     with _staged(out, "tinyglot release") as stage:
         manifest = _build(student, name, stage, formats, card, info, teacher, attributions, results, bench_speed,
                           max_bytes, testset, max_sentences, command or _release_command(student, name, card_data, []),
-                          say, get_format, quantize)
+                          say, get_format, quantize, tier)
     from tinyglot.released import verify
 
     verify(out)
@@ -789,7 +821,7 @@ def _loaded(bundle: Path) -> Iterator[Any]:
 def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict, info: dict, teacher: str,
            attributions: list[dict], results: dict, bench_speed: list[dict], max_bytes: int, testset: Any,
            max_sentences: int, command: str, say: Callable[[str], None], get_format: Callable,
-           quantize: str) -> dict[str, Any]:
+           quantize: str, tier: str) -> dict[str, Any]:
     import tinyglot
     from tinyglot.io import atomic_write_text, folder_bytes
 
@@ -821,7 +853,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
             speed.append(measure_speed(enc, fmt, speed_sentences, name, bundles[fmt]["quantization"]))
     training: dict[str, Any] = card["training"] if isinstance(card.get("training"), dict) else {}
     languages = list(card.get("languages") or cfg0.get("languages") or [])
-    licence = str(card.get("licence") or "MIT")
+    licence = WEIGHTS_LICENCE[tier]
     manifest: dict[str, Any] = {
         "tinyglot_release": MANIFEST_VERSION,
         "name": name,
@@ -835,6 +867,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
         "results": results,
         "test_sets": card.get("test_sets") or {},
         "speed": speed + bench_speed + [r for r in card.get("speed", []) if isinstance(r, dict)],
+        "tier": tier,
         "licences": {"model": licence, "code": "Apache-2.0 (tinyglot)", "teacher": _teacher_licence(card, teacher),
                      "data": attributions},
         "made": {
@@ -987,5 +1020,5 @@ def too_big(name: str, stage: Path, used: int, max_bytes: int) -> TinyglotError:
 
 
 __all__ = ["COLUMNS", "RECORDED_SENTENCES", "TOLERANCE", "check_licences", "corpus_attributions",
-           "fill_notes", "licence_is_permissive", "model_card", "read_card_data", "read_results", "refresh_release",
+           "fill_notes", "model_card", "read_card_data", "read_results", "refresh_release",
            "release_student"]

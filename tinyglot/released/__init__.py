@@ -38,7 +38,7 @@ RELEASED_KIND = "released"  # the ownership record's kind of a released model's 
 MANIFEST_VERSION = 1
 FORMATS = ("onnx-text", "tflite-mediapipe")  # the bundles a release holds, the first is Python's default
 DEFAULT_FORMAT = FORMATS[0]
-MAX_RELEASE_BYTES = 10_000_000  # every file of a released model together (kept in git: there is no hub here)
+MAX_RELEASE_BYTES = 33_000_000  # every file of a released model together, at most USE-m's size (kept in git)
 PREFIX = "released"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 MAX_NAME = 40
@@ -224,6 +224,8 @@ def summary(manifest: dict[str, Any]) -> dict[str, Any]:
         "size_mb": round(int(manifest.get("bytes", 0)) / 1e6, 2),
         "languages": len(manifest.get("languages") or []),
         "dim": manifest.get("dim"),
+        "tier": manifest.get("tier", "permissive"),
+        "licence": (manifest.get("licences") or {}).get("model"),
         "teacher": (manifest.get("results") or {}).get("teacher") or manifest.get("made", {}).get("teacher"),
         "p1": tests,
         "speed": None if speed is None else {k: speed.get(k) for k in

@@ -8,6 +8,8 @@ from pathlib import Path
 from tinyglot.app.cli import add_header_option
 from tinyglot.app.commands.bench import bounded_number
 from tinyglot.console import make_console
+from tinyglot.data import commonvoice
+from tinyglot.data.pairs import TIERS
 from tinyglot.errors import TinyglotError
 
 
@@ -99,10 +101,11 @@ def cmd_data_general(args: argparse.Namespace) -> int:
     say = lambda msg: console.print(escape(msg), soft_wrap=True)  # noqa: E731
     out = args.out if args.out is not None else default_out()
     record = build_general(out, args.cache, languages=args.languages, holdout=args.holdout,
-                           permissive_only=args.permissive_only, skip=args.skip, offline=args.offline,
+                           tier=args.tier, skip=args.skip, offline=args.offline,
                            seed=args.seed, max_english=args.max_english, max_mono=args.max_mono,
                            max_rows=args.max_rows, max_source_rows=args.max_source_rows, min_test=args.min_test,
-                           max_test=args.max_test, log=say)
+                           max_test=args.max_test, commonvoice=args.commonvoice,
+                           commonvoice_max_per_lang=args.commonvoice_max_per_lang, log=say)
     train: dict = record["train"]  # type: ignore[assignment]
     tests: dict = record["tests"]  # type: ignore[assignment]
     say(f"wrote {out / TRAIN_FILE}: {train['rows']:,} rows ({train['pair_rows']:,} pairs, "
@@ -111,6 +114,12 @@ def cmd_data_general(args: argparse.Namespace) -> int:
         per_lang = test["pairs_per_language"]
         say(f"wrote {out / test['folder']}: {sum(per_lang.values()):,} pairs in {len(per_lang)} languages "
             f"(mean {test['mean_english_words']} English words)")
+    for source in record["sources"]:  # type: ignore[attr-defined]
+        if source["name"] == commonvoice.SOURCE:
+            check = source["check"]
+            checked = [lang for lang, n in source["per_language"].items() if n["check"]]
+            say(f"wrote {out / check['folder']}: the held-out Common Voice check, {check['sentences']:,} sentences "
+                f"(and {check['fit']:,} to fit its map) in each of {len(checked)} languages")
     if "words" in record:
         words: dict = record["words"]  # type: ignore[assignment]
         say(f"wrote {out / words['folder']}: word lists of {len(words['words_per_language'])} languages "
@@ -187,9 +196,15 @@ def register(sub) -> None:
                                                         "and the downloaded files)")
     p.add_argument("--languages", default="e5-small",
                    help="comma-separated codes, a peer's name (e5-small) or 'all'; English is always kept")
-    p.add_argument("--permissive-only", action="store_true",
-                   help="train only on permissively licensed sources (BSD, MIT, public domain): for released "
-                        "models")
+    p.add_argument("--tier", choices=TIERS, default="",
+                   help="train only on sources a shipped model of this licence tier may learn from: permissive "
+                        "(BSD, MIT, CC0, public domain...) or share-alike (and CC-BY-SA); default: every source")
+    p.add_argument("--commonvoice", type=Path, default=None, metavar="DIR",
+                   help="add Common Voice's sentence text (CC0): a folder of LOCALE.txt(.gz) files or a clone of "
+                        "its repository (server/data/LOCALE/*.txt); also writes the held-out check "
+                        "commonvoice-test/")
+    p.add_argument("--commonvoice-max-per-lang", type=int, default=commonvoice.MAX_PER_LANG, metavar="N",
+                   help="Common Voice training sentences per language (seeded sample; 0 = all)")
     p.add_argument("--max-english", type=int, default=60_000, help="distinct English sentences of the pairs")
     p.add_argument("--max-mono", type=int, default=40_000, help="monolingual sentences")
     p.add_argument("--max-rows", type=int, default=300_000, help="pair rows (monolingual rows not counted)")

@@ -32,19 +32,20 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     teacher = next((m.get("teacher") for m in models if m.get("teacher")), "teacher")
     table = Table(title=f"released models ({released_root(args.root)})")
-    for col in ("name", "size MB", "languages", "dim", f"P@1 student / {teacher} / USE-m", "speed (1 thread)",
-                "formats"):
+    for col in ("name", "size MB", "languages", "dim", "tier (licence)", f"P@1 student / {teacher} / USE-m",
+                "speed (1 thread)", "formats"):
         table.add_column(col, justify="right" if col in ("size MB", "languages", "dim") else "left",
                          overflow="fold")
     for m in models:
         if "error" in m:
-            table.add_row(escape(m["name"]), "", "", "", escape(f"error: {m['error']}"), "", "")
+            table.add_row(escape(m["name"]), "", "", "", "", escape(f"error: {m['error']}"), "", "")
             continue
         speed = m.get("speed") or {}
         speed_text = (f"{speed['sentences_per_s']:,.0f} sent/s, p50 {speed['p50_ms']:.2f} ms ({speed['format']})"
                       if speed.get("sentences_per_s") is not None else "–")
         table.add_row(escape(m["name"]), f"{m['size_mb']:.2f}", str(m["languages"]), str(m["dim"]),
-                      escape(_p1(m)), escape(speed_text), escape(", ".join(m["formats"])))
+                      escape(f"{m['tier']} ({m['licence'] or '–'})"), escape(_p1(m)), escape(speed_text),
+                      escape(", ".join(m["formats"])))
     console.print(table)
     console.print("load one with tinyglot.load(NAME); NAME?format=tflite-mediapipe for its MediaPipe bundle; "
                   "its card: MODEL_CARD.md in its folder", soft_wrap=True)

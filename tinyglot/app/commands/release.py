@@ -70,7 +70,8 @@ def cmd_release(args: argparse.Namespace) -> int:
         pass
     manifest = release_student(args.model, args.name, args.card_data, root=args.root, corpus=args.corpus,
                                formats=[f.strip() for f in args.formats.split(",") if f.strip()],
-                               allowed_licences=args.allow_licence, max_sentences=args.max_sentences,
+                               allowed_licences=args.allow_licence, tier=args.tier,
+                               max_bytes=round(args.max_mb * 1e6), max_sentences=args.max_sentences,
                                quantize=args.quantize, command=_command(args), say=say)
     from tinyglot.released import CARD, released_root
 
@@ -81,6 +82,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     from tinyglot.app.release import QUANTIZATIONS
+    from tinyglot.data.pairs import TIERS
     from tinyglot.released import MAX_RELEASE_BYTES, ROOT_ENV
 
     p = sub.add_parser(
@@ -89,7 +91,7 @@ def register(sub) -> None:
                     "tflite-mediapipe) with their parity gates, record embeddings of a few sentences and the "
                     "speed on this machine, write MODEL_CARD.md, LICENSES.md and release.json (sha256 of every "
                     "file) and put the folder in place in one atomic swap. Refused when the model takes more "
-                    f"than {MAX_RELEASE_BYTES / 1e6:.0f} MB or was trained on data that is not permissively licensed.")
+                    "than --max-mb or was trained on data that its licence tier does not allow.")
     p.add_argument("--model", type=Path, default=None, help="the student folder (tinyglot distill / tinyglot run)")
     p.add_argument("--name", default=None,
                    help="the released name, e.g. fast-small: lower-case words joined by '-', not a peer's name")
@@ -100,8 +102,13 @@ def register(sub) -> None:
     p.add_argument("--corpus", action="append", type=Path, default=[],
                    help="the training corpus (JSONL with src and license per row): the data attributions are "
                         "counted from it (repeatable; also the card data's corpus)")
+    p.add_argument("--tier", choices=TIERS, default=TIERS[0],
+                   help="the licence tier: permissive (permissive and CC0 text; the weights under Apache-2.0) or "
+                        "share-alike (and CC-BY-SA text; the weights under CC-BY-SA-4.0); GPL text is never allowed")
     p.add_argument("--allow-licence", action="append", default=[], metavar="LICENCE",
-                   help="accept training data under this licence too (checked by you; default: permissive only)")
+                   help="accept training data under this licence too (one you checked is permissive; never GPL)")
+    p.add_argument("--max-mb", type=float, default=MAX_RELEASE_BYTES / 1e6, metavar="MB",
+                   help=f"refuse a release larger than this (at most {MAX_RELEASE_BYTES / 1e6:.0f}, USE-m's size)")
     p.add_argument("--formats", default=",".join(_formats()), help="the bundles of the release, comma-separated")
     p.add_argument("--max-sentences", type=int, default=100,
                    help="test pairs per language for the parity gates of each bundle")

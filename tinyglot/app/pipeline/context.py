@@ -49,9 +49,9 @@ class RunContext:
 
             d = self.cfg.data
             pairs = load_pairs(d.train or None)
-            if d.permissive_only:
-                pairs = permissive(pairs, d.train or "the embedded corpus")
-            general = general_pairs(str(general_path(d.general)), d.general_max_per_lang, d.permissive_only) \
+            if d.tier:
+                pairs = in_tier(pairs, d.tier, d.train or "the embedded corpus")
+            general = general_pairs(str(general_path(d.general)), d.general_max_per_lang, d.tier) \
                 if d.general else []
             if d.languages or d.min_pairs_per_lang:
                 from tinyglot.batching import PIVOT
@@ -88,13 +88,17 @@ class RunContext:
             self._testset = {lang: pairs[:n] if n else pairs for lang, pairs in testset.items()}
         return self._testset
 
-    def extra_testsets(self) -> list[tuple[str, dict]]:
-        """``data.tests`` read: ``(name, {lang: pairs})``, each capped like the main test set."""
+    def extra_testsets(self) -> list[tuple[str, Any]]:
+        """``data.tests`` read: ``(name, {lang: pairs})`` for a bitext test, capped like the main test set, or
+        ``(name, MonoCheck)`` for a monolingual check (:mod:`tinyglot.evaluation.teacher_check`: all of its
+        sentences, whatever ``data.test_pairs_per_lang``, since it scores retrieval among them)."""
         if self._extra is None:
             from tinyglot.data.embedded import load_testset
+            from tinyglot.evaluation.teacher_check import is_mono_check, read_mono_check
 
             n = self.cfg.data.test_pairs_per_lang
-            self._extra = [(name, {lang: ps[:n] if n else ps for lang, ps in load_testset(path).items()})
+            self._extra = [(name, read_mono_check(path) if is_mono_check(path) else
+                            {lang: ps[:n] if n else ps for lang, ps in load_testset(path).items()})
                            for name, path in self.cfg.data.extra_tests()]
         return self._extra
 
@@ -137,21 +141,21 @@ def cap_per_lang(pairs: list, n: int) -> list:
     return out
 
 
-def permissive(pairs: list, name: str) -> list:
-    """The rows of ``pairs`` under a permissive licence; a clear error when none is."""
-    from tinyglot.data import PERMISSIVE, is_permissive
+def in_tier(pairs: list, tier: str, name: str) -> list:
+    """The rows of ``pairs`` whose licence ``tier`` allows; a clear error when none is."""
+    from tinyglot.data.pairs import PERMISSIVE, tier_allows
 
-    kept = [p for p in pairs if is_permissive(p.license)]
+    kept = [p for p in pairs if tier_allows(tier, p.license)]
     if not kept:
-        raise TinyglotError(f"data.permissive_only: no row of {name} has a permissive licence",
-                            f"rows need a `license` field among {', '.join(PERMISSIVE)}, or set "
-                            "data.permissive_only=false")
+        raise TinyglotError(f"data.tier={tier}: no row of {name} has a licence that tier allows",
+                            f"rows need a `license` field such as {', '.join(PERMISSIVE[:5])}, or leave data.tier "
+                            "empty")
     return kept
 
 
-def general_pairs(path: str, cap: int, permissive_only: bool = False) -> list:
+def general_pairs(path: str, cap: int, tier: str = "") -> list:
     """The rows of the general-domain corpus ``path``, at most ``cap`` per language drawn at random
-    (seeded; 0 = all); only permissive ones with ``permissive_only``.  Their ``src`` carries
+    (seeded; 0 = all); only those ``tier`` allows when it is set.  Their ``src`` carries
     :data:`~tinyglot.data.pairs.GENERAL_SRC_PREFIX` (``train.general_share``)."""
     from dataclasses import replace
 
@@ -160,7 +164,7 @@ def general_pairs(path: str, cap: int, permissive_only: bool = False) -> list:
     from tinyglot.data.pairs import GENERAL_SRC_PREFIX
 
     pairs = load_pairs(path)
-    kept = select_languages(permissive(pairs, path) if permissive_only else pairs, None, 0, cap or None)[0]
+    kept = select_languages(in_tier(pairs, tier, path) if tier else pairs, None, 0, cap or None)[0]
     return [p if p.general else replace(p, src=GENERAL_SRC_PREFIX + p.src) for p in kept]
 
 

@@ -44,6 +44,9 @@ def run_pipeline(cfg: PipelineConfig, out: str | Path = DEFAULT_OUT, progress: b
     enabled = progress_enabled(progress)
     with RunDisplay(len(STAGES), enabled) as display:
         ctx = RunContext(cfg, out, say or display.say, enabled, StageStore(out))
+        for name, path, _ in cfg.data.left_out():
+            ctx.say(f"data.tests: {name}=auto left out: the general-domain text was built without it (no {path}; "
+                    "tinyglot data general --commonvoice DIR writes it)")
         for index, spec in enumerate(STAGES, 1):
             display.stage(index, spec.name)
             run_stage(ctx, spec, index)

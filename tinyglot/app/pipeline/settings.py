@@ -13,11 +13,15 @@ import tomli_w
 
 from tinyglot.config import (MAX_BATCH, parse_sets, read_toml, replace, to_dict, validate_at_most,
                              validate_positive)
+from tinyglot.data.pairs import check_tier, tier_allows
 from tinyglot.errors import TinyglotError
 from tinyglot.export.formats import BUNDLE_FORMATS, get_format
 
 
 GENERAL_AUTO = "auto"
+# held-out tests that `tinyglot data general` writes only when given their text (--commonvoice DIR): an
+# ``auto`` item of one is left out of a run when the build has none
+OPTIONAL_TESTS = ("commonvoice",)
 E5_SPECS = ("e5-small", "e5-small-onnx")  # teachers whose layers student.init=teacher-layers copies
 # onnxruntime quantizations with one int8 scale per weight tensor (LiteRT's dynamic range is per channel)
 PER_TENSOR_INT8 = ("dynamic", "dynamic-int4-embeddings")
@@ -64,9 +68,10 @@ class DataSection:
     # too few software strings alone (docs/results.md, "Languages kept by their general-domain text").
     # false: the corpus alone decides (the released students were made so).
     general_counts: bool = True
-    # Train only on rows under a permissive licence (tinyglot.data.PERMISSIVE, by each row's `license`):
-    # what a student that is shipped (a released model) may learn from.
-    permissive_only: bool = False
+    # Train only on rows whose licence a shipped model of this tier may learn from (by each row's
+    # `license`; tinyglot.data.pairs.licence_tier): "permissive" (the released students' tier) or
+    # "share-alike" (permissive and CC-BY-SA text); empty: any licence (a model you keep).
+    tier: str = ""
     # Further test sets, ``NAME=PATH`` (a folder of LANG.tsv files, as data.test): every model of the
     # run is evaluated on each, and the report shows them beside the main test set.  ``NAME=auto``:
     # the held-out test ``tinyglot data general`` built into $TINYGLOT_HOME/general (general, docs).
@@ -85,7 +90,22 @@ class DataSection:
         return [(name, path) for name, path, _ in self.test_items()]
 
     def test_items(self) -> list[tuple[str, str, bool]]:
-        """``data.tests`` as ``(name, path, auto)``: ``auto`` when the path was resolved from ``NAME=auto``."""
+        """``data.tests`` as ``(name, path, auto)``: ``auto`` when the path was resolved from ``NAME=auto``.
+        An ``auto`` test that ``tinyglot data general`` was built without is left out (:meth:`left_out`)."""
+        return [item for item in self._test_items() if item not in self.left_out()]
+
+    def left_out(self) -> list[tuple[str, str, bool]]:
+        """The ``NAME=auto`` items of ``data.tests`` that the general-domain build holds no test of, because it
+        was built without their text: ``commonvoice`` without ``--commonvoice DIR``."""
+        from tinyglot.data.general import default_out
+
+        sources = default_out() / "SOURCES.json"
+        if not sources.is_file():
+            return []
+        return [(name, path, auto) for name, path, auto in self._test_items()
+                if auto and name in OPTIONAL_TESTS and not Path(path).exists()]
+
+    def _test_items(self) -> list[tuple[str, str, bool]]:
         from tinyglot.data.general import default_out, test_folder
 
         out = []
@@ -285,11 +305,15 @@ class PipelineConfig:
 
             teacher_preset(self.teacher.preset, self.teacher.overrides)
         student = self.student_preset()
-        if self.data.permissive_only and getattr(student.train, "vocab_words", None) and not self.distill.tokenizer:
-            raise TinyglotError("data.permissive_only, but the new vocabulary's sample takes word lists "
-                                "(distill.overrides.train.vocab_words): wordfreq's, CC-BY-SA-4.0",
-                                "--set distill.overrides.train.vocab_words= (as release/make.sh does), or give "
-                                "distill.tokenizer")
+        from tinyglot.data.general import WORDLIST_LICENSE
+
+        check_tier(self.data.tier, "data.tier")
+        if (getattr(student.train, "vocab_words", None) and not self.distill.tokenizer
+                and not tier_allows(self.data.tier, WORDLIST_LICENSE)):
+            raise TinyglotError(f"data.tier={self.data.tier}, but the new vocabulary's sample takes word lists "
+                                f"(distill.overrides.train.vocab_words): wordfreq's, {WORDLIST_LICENSE}",
+                                "--set distill.overrides.train.vocab_words= (as release/make.sh does for the "
+                                "permissive tier), set data.tier=share-alike, or give distill.tokenizer")
         self._check_student_file("assistant", True, Path.is_dir,
                                  "LEALLA preset (only multi-stage students have an assistant)",
                                  "leave distill.assistant empty, or pick a multi-stage student (ms-...)",
@@ -447,7 +471,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     # README.md (the e5 profile).
     "e5": {
         "data": {"languages": "e5-small", "min_pairs_per_lang": 1500, "general": "auto",
-                 "tests": ["general=auto", "docs=auto"]},
+                 "tests": ["general=auto", "docs=auto", "commonvoice=auto"]},
         "teacher": {"spec": "e5-small-onnx"},
         # 48k pieces rather than 16k: +2.0 / +5.0 / +7.0 P@1 on libreoffice / pretix / general in one run
         # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, no slower. 96k rather than 48k

@@ -43,8 +43,8 @@ def train_data_inputs(cfg: PipelineConfig) -> dict[str, Any]:
     d = cfg.data
     inputs = {"train": d.train, "max_pairs_per_lang": d.max_pairs_per_lang, "languages": d.languages,
               "min_pairs_per_lang": d.min_pairs_per_lang, "files": data_fingerprint(corpus_path(d.train))}
-    if d.permissive_only:  # (absent when unset, like general: older runs keep their stage markers)
-        inputs["permissive_only"] = True
+    if d.tier:  # (absent when unset, like general: older runs keep their stage markers)
+        inputs["tier"] = d.tier
     if d.general:  # (absent when unset: runs made before data.general keep their stage markers)
         from .settings import general_path
 
@@ -412,25 +412,64 @@ def read_cached_result(path: Path) -> BitextResult | None:
         return None
 
 
-def eval_on(ctx: RunContext, models: list[EvalModel], testset: dict, name: str, inputs: dict[str, Any],
+def eval_on(ctx: RunContext, models: list[EvalModel], testset: Any, name: str, inputs: dict[str, Any],
             label: str = "") -> list[dict[str, Any]]:
-    """Every model of ``models`` evaluated on ``testset`` (each result cached by model and test set)."""
+    """Every model of ``models`` evaluated on ``testset`` (each result cached by model and test set): bitext
+    P@1 on a ``{lang: pairs}`` test, teacher retrieval on a monolingual check (``MonoCheck``: TF-IDF, whose
+    sparse space no linear map is fitted from, is left out)."""
     from tinyglot.evaluation import evaluate_bitext
+    from tinyglot.evaluation.teacher_check import KnownRows, MonoCheck, evaluate_teacher_retrieval
 
+    mono = isinstance(testset, MonoCheck)
+    teacher_rows = check_teacher_rows(ctx, models, testset, inputs, label) if mono else {}
     test_key = hash_json({"test": inputs, "batch_size": ctx.cfg.eval.batch_size, "device": ctx.cfg.eval.device})
     rows: list[dict[str, Any]] = []
     for m in models:
+        if mono and m.kind == "tfidf":
+            continue
         path = eval_cache(ctx, m) / f"{hash_json([m.kind, m.identity, test_key])[:24]}.json"
         result = read_cached_result(path)
         cached = result is not None
         if result is not None:
             ctx.say(f"eval{label}: {m.name}: {100 * result.primary_metric:.1f} (cached)")
         else:
-            result = evaluate_bitext(m.open(), testset, batch_size=ctx.cfg.eval.batch_size,
-                                     model_name=m.name, testset_name=name)
+            if mono:
+                encoder = KnownRows(testset, teacher_rows, m.name) if m.kind == "teacher" else m.open()
+                result = evaluate_teacher_retrieval(encoder, testset, teacher_rows, batch_size=ctx.cfg.eval.batch_size,
+                                                    model_name=m.name, testset_name=name)
+            else:
+                result = evaluate_bitext(m.open(), testset, batch_size=ctx.cfg.eval.batch_size,
+                                         model_name=m.name, testset_name=name)
             result.write_json(path)
             ctx.say(f"eval{label}: {m.name}: {100 * result.primary_metric:.1f} ({result.seconds:.1f} s)")
         rows.append({"name": m.name, "kind": m.kind, "path": m.path, "cached": cached, "result": result.to_dict()})
+    return rows
+
+
+def check_teacher_rows(ctx: RunContext, models: list[EvalModel], check: Any, inputs: dict[str, Any],
+                       label: str = "") -> dict[str, Any]:
+    """The teacher's embeddings of a monolingual check's sentences, kept beside its evaluations (shared by every
+    run folder when the teacher is a fixed model such as e5-small-onnx)."""
+    import numpy as np
+
+    from tinyglot.evaluation.teacher_check import teacher_embeddings
+    from tinyglot.io import atomic_path
+
+    teacher = next(m for m in models if m.kind == "teacher")
+    path = eval_cache(ctx, teacher) / f"check-rows-{hash_json([teacher.identity, inputs])[:24]}.npz"
+    if path.is_file():
+        try:
+            with np.load(path) as stored:
+                rows = {lang: stored[lang] for lang in check.check}
+            ctx.say(f"eval{label}: the teacher's embeddings of the check (cached)")
+            return rows
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable: embed again
+    ctx.say(f"eval{label}: the teacher embeds the check's {len(check.sentences()):,} sentences "
+            f"({len(check.check)} languages)")
+    rows = teacher_embeddings(teacher.open(), check, ctx.cfg.eval.batch_size)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **rows)
     return rows
 
 
@@ -439,7 +478,7 @@ def run_eval(ctx: RunContext) -> StageOutput:
     rows = eval_on(ctx, models, ctx.testset(), ctx.testset_name(), testset_inputs(ctx.cfg))
     extra: list[dict[str, Any]] = []
     for (name, testset), (_, path) in zip(ctx.extra_testsets(), ctx.cfg.data.extra_tests(), strict=True):
-        extra.append({"name": name, "testset": path,
+        extra.append({"name": name, "testset": path, "kind": test_kind(testset),
                       "models": eval_on(ctx, models, testset, name, extra_testset_inputs(ctx.cfg, name, path),
                                         f" [{name}]")})
     results = {"testset": ctx.testset_name(), "models": rows, "extra": extra}
@@ -449,6 +488,13 @@ def run_eval(ctx: RunContext) -> StageOutput:
         info.update({f"{r['name']} [{test['name']}]": round(100 * r["result"]["primary_metric"], 2)
                      for r in test["models"]})
     return StageOutput([ctx.out / "eval" / "results.json"], info)
+
+
+def test_kind(testset: Any) -> str:
+    """``bitext`` (pairs) or ``teacher-retrieval`` (a monolingual check), as results.json records it."""
+    from tinyglot.evaluation.teacher_check import MonoCheck
+
+    return "teacher-retrieval" if isinstance(testset, MonoCheck) else "bitext"
 
 
 # ------------------------------------------------------------------ stage 5: bench
