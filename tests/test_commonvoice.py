@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import tinyglot.data.commonvoice as cv
-import tinyglot.data.general as bg
 from tinyglot.app.cli import main
 from tinyglot.data.pairs import licence_tier, tier_allows
 from tinyglot.errors import TinyglotError

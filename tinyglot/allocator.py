@@ -29,6 +29,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("tinyglot")
 
@@ -80,13 +81,26 @@ def _mimalloc_in_process() -> ctypes.CDLL | None:
     return process if hasattr(process, "mi_collect") else None
 
 
+@functools.cache
+def glibc() -> Any:
+    """The C library when it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    # musl and other libcs lack one or both
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
 def active() -> str:
     """The allocator serving this process: ``mimalloc``, ``glibc`` or ``system`` (another libc)."""
     if _mimalloc_in_process() is not None:
         return "mimalloc"
-    from tinyglot.training import _glibc
-
-    return "glibc" if _glibc() is not None else "system"
+    return "glibc" if glibc() is not None else "system"
 
 
 def collect() -> bool:

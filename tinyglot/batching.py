@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -23,13 +23,20 @@ from tinyglot.data.clean import english_key, group_by_lang, sampling_probs, trai
 from tinyglot.errors import TinyglotError
 from tinyglot.tokenizer import PAD_ID, Batch, Tokenizer, frequent_characters
 
-
-if TYPE_CHECKING:
-    from tinyglot.trainloop import TrainSettings
-
 log = logging.getLogger("tinyglot.data")
 PIVOT = "en"
 TRAINER_SPLIT_SALT = 1_000_003
+
+
+class PlanSettings(Protocol):
+    """What :meth:`BatchPlan.from_settings` reads of a trainer's settings
+    (:class:`tinyglot.trainloop.TrainSettings` has it)."""
+
+    batch_size: int
+    lang_temperature: float
+    seed: int
+    general_share: float
+    batch_grouping: str
 
 
 def split_train_dev(
@@ -312,7 +319,7 @@ class BatchPlan:
         self._sources: list[np.ndarray] | None = None
 
     @classmethod
-    def from_settings(cls, data: TokenizedPairs, tc: TrainSettings, world: int = 1, seed_offset: int = 0
+    def from_settings(cls, data: TokenizedPairs, tc: PlanSettings, world: int = 1, seed_offset: int = 0
                       ) -> BatchPlan:
         """The plan a trainer's settings ask for: the global batch (``tc.batch_size`` per process times
         ``world``), its language temperature, seed (plus ``seed_offset``), general-domain share and grouping."""

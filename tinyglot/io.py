@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tinyglot.errors import TinyglotError
+from tinyglot.lockstate import recorded_temporary
 from collections.abc import Iterator
 
 
@@ -30,8 +31,6 @@ def _temporary_name(path: Path, suffix: str = "") -> Path:
 def _recorded(tmp: Path) -> Iterator[None]:
     """While the block runs, ``tmp`` is named in the lock file of the locked run folder holding it (see
     :func:`tinyglot.locks.recorded_temporary`): a kill leaves it listed for the next run to remove."""
-    from tinyglot.locks import recorded_temporary
-
     with recorded_temporary(tmp):
         yield
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tinyglot.errors import TinyglotError, UnknownLanguageError
+from tinyglot.peerinfo import PEERS
 
 # ISO 639-1 languages: ``639-1  639-3 (=639-2/T)  639-2/B or -  English name (_ for space)``.
 _ISO_639_1 = """
@@ -439,8 +440,6 @@ def language_list(value: str | None) -> list[str] | None:
     for the languages it covers; empty = None (every language)."""
     if not value or not value.strip():
         return None
-    from tinyglot.encoders.peers import PEERS
-
     name = value.strip()
     if name in PEERS:
         if not PEERS[name].codes:

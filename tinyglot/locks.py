@@ -11,7 +11,6 @@ a live owner on this host, the pid is checked.  Locks are re-entrant within one 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -19,12 +18,12 @@ import sys
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinyglot.errors import TinyglotError
 from tinyglot.io import read_json_object
+from tinyglot.lockstate import _Held, _held, pid_alive, recorded_temporary
 from tinyglot.outputs import LOCK
 
 log = logging.getLogger("tinyglot.locks")
@@ -34,22 +33,6 @@ except ImportError:  # Windows: the pid check alone decides
     fcntl = None  # type: ignore[assignment]
 LOCK_NAME = LOCK
 
-_held: dict[str, _Held] = {}
-
-
-@dataclass
-class _Held:
-    fd: int
-    count: int
-    record: dict[str, Any] = field(default_factory=dict)
-    temporaries: list[str] = field(default_factory=list)  # relative to the lock's folder
-
-    def write(self) -> None:
-        data = (json.dumps({**self.record, "temporaries": self.temporaries}) + "\n").encode("utf-8")
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, data, 0)
-
-
 class LockedError(TinyglotError):
     """Another live process holds the lock."""
 
@@ -57,21 +40,6 @@ class LockedError(TinyglotError):
 def lock_info(path: str | Path) -> dict[str, Any] | None:
     """The owner recorded in a lock file (None when absent or unreadable)."""
     return read_json_object(path)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def _describe(info: dict[str, Any] | None) -> str:
@@ -194,43 +162,6 @@ def _remove_temporaries(folder: Path, names: object) -> list[Path]:
     if removed:
         log.info("removed %d temporary file(s)/folder(s) left in %s by an interrupted run", len(removed), folder)
     return removed
-
-
-def _holder(path: Path) -> tuple[_Held, Path] | None:
-    """The held lock whose folder contains ``path`` (the innermost), and that folder."""
-    best: tuple[_Held, Path] | None = None
-    for key, held in _held.items():
-        folder = Path(key).parent
-        if path.is_relative_to(folder) and (best is None or len(folder.parts) > len(best[1].parts)):
-            best = (held, folder)
-    return best
-
-
-@contextlib.contextmanager
-def recorded_temporary(path: str | Path) -> Iterator[None]:
-    """Name ``path`` (a temporary about to be created) in the lock file of the locked folder that holds it
-    while the block runs, so that a run started after a kill removes exactly what was left, and
-    nothing else.  Outside a locked folder this does nothing."""
-    if not _held:
-        yield
-        return
-    path = Path(os.path.abspath(path))
-    real = Path(os.path.realpath(path.parent)) / path.name
-    found = _holder(real)
-    if found is None:
-        yield
-        return
-    held, folder = found
-    rel = os.path.relpath(real, folder)
-    held.temporaries.append(rel)
-    held.write()
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            held.temporaries.remove(rel)
-        with contextlib.suppress(OSError):
-            held.write()
 
 
 @contextlib.contextmanager

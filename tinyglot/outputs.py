@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from tinyglot.errors import TinyglotError
 from tinyglot.io import apply_umask, atomic_write_json, read_json_object, swap_into
+from tinyglot.lockstate import pid_alive
 
 RECORD = ".tinyglot-output.json"
 LOCK = ".tinyglot.lock"  # a folder's lock file (tinyglot.locks.LOCK_NAME)
@@ -176,8 +177,6 @@ def remove_dead_staging(out: str | Path) -> list[Path]:
     """Staging folders of ``out`` left by a killed process of this host: hidden folders beside ``out``
     whose record names ``out`` as their target and a dead owner (never by name alone).  Call it while
     holding ``out``'s lock."""
-    from tinyglot.locks import pid_alive
-
     out = Path(out)
     removed: list[Path] = []
     prefix = f".{out.name}.tinyglot-"

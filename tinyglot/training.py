@@ -7,7 +7,6 @@ a different configuration, the warm-up/decay schedule, a JSONL metrics log and a
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import os
@@ -22,6 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from tinyglot import allocator
+from tinyglot.allocator import glibc as _glibc  # the name tests and benchmarks/allocator.py use
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_path, atomic_write_bytes
 
@@ -218,22 +219,6 @@ TRIM_GROWTH = 1 << 62  # resident growth (bytes) since the last trim that trigge
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
-@functools.cache
-def _glibc() -> Any:
-    """The C library when it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
-    import ctypes
-    import ctypes.util
-
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    # musl and other libcs lack one or both
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-
-
 def limit_allocator_growth() -> bool:
     """Keep the training process's memory flat; returns True if a setting applied.
 
@@ -251,8 +236,6 @@ def limit_allocator_growth() -> bool:
     "Training memory on the CPU").  The heap's free pages also go back to the OS when training starts and
     every ``TRIM_EVERY`` steps (:func:`release_free_memory`).
     """
-    from tinyglot import allocator
-
     if allocator.collect():
         return True
     libc = _glibc()
@@ -284,8 +267,6 @@ class HeapTrimmer:
     every large tensor at every step."""
 
     def __init__(self) -> None:
-        from tinyglot import allocator
-
         self.mimalloc = allocator.active() == "mimalloc"  # it reuses freed blocks: no periodic trim
         self.applies = self.mimalloc or _glibc() is not None
         self.base: int | None = None  # the resident size after the first step since the last trim
@@ -317,8 +298,6 @@ def release_free_memory() -> bool:
 
     Costs one page fault per page the next step touches again, so it is called every
     ``TRIM_EVERY`` steps under glibc, not at each.  Returns True if called (mimalloc, or glibc on Linux)."""
-    from tinyglot import allocator
-
     if allocator.collect():
         return True
     libc = _glibc()

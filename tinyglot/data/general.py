@@ -1256,7 +1256,7 @@ def build(out: Path, cache: Path, *, sources: Sequence[Source] = SOURCES, offlin
         cv_split = split_commonvoice(cv_text, excluded, seed, commonvoice_max_per_lang, limits)
         rows = sorted([*rows, *cv_split.rows], key=lambda r: (r["lang"], r["src"], r["en"], r["x"]))
         log(f"[{cv.SOURCE}] {cv_text.folder}: {len(cv_split.rows):,} monolingual rows in "
-            f"{len(cv_split.record['rows_per_language']):,} languages, a held-out check of "
+            f"{len({r['lang'] for r in cv_split.rows}):,} languages, a held-out check of "
             f"{len(cv_split.check)} languages" + (f"; locales left out (no tinyglot code): "
                                                   f"{', '.join(sorted(cv_text.unmapped))}" if cv_text.unmapped else ""))
 

@@ -61,7 +61,7 @@ from .peers import PEERS, PeerEncoder, PeerInfo, load_peer, peer_files
 from .pypi import model_folder_rank, pypi_folder
 from .python import CallableEncoder, load_python
 from .sentence_transformers import SentenceTransformersEncoder
-from .spec import ACCEPTED_FORMS, PREFIXES, accepted, parse_spec, split_query
+from tinyglot.spec import ACCEPTED_FORMS, PREFIXES, accepted, parse_spec, split_query
 from .tfhub import TFHubEncoder, load_tfhub, tf_folders
 from .transformers import TransformersEncoder
 

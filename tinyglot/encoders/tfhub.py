@@ -15,7 +15,7 @@ from tinyglot.encoder import encode_texts, l2_normalize
 from tinyglot.errors import TinyglotError
 
 from .base import EncoderAdapter, fingerprint
-from .spec import split_query
+from tinyglot.spec import split_query
 
 _TF_OUTPUT_KEYS = ("sentence_embedding", "default", "pooled_output", "outputs", "output", "embeddings",
                    "embedding", "output_0")

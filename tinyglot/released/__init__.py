@@ -54,8 +54,8 @@ def released_root(root: str | os.PathLike[str] | None = None) -> Path:
 
 def reserved_names() -> set[str]:
     """Names a release may not take: the peers, the baselines, the spec prefixes and this one."""
-    from tinyglot.encoders.peers import PEERS
-    from tinyglot.encoders.spec import PREFIXES
+    from tinyglot.peerinfo import PEERS
+    from tinyglot.spec import PREFIXES
 
     return {*PEERS, "tfidf", *PREFIXES, PREFIX, "default", "all", "none"}
 
@@ -151,7 +151,7 @@ def parse_released(spec: str | os.PathLike[str], root: str | os.PathLike[str] | 
     """``(name, format or None)`` when ``spec`` names a released model (``NAME``, ``NAME?format=F``,
     ``released:NAME[?format=F]``), else None.  A path that exists is never a released name;
     ``released:`` with a name that is not released is an error listing the released names."""
-    from tinyglot.encoders.spec import parse_spec, split_query
+    from tinyglot.spec import parse_spec, split_query
 
     s = parse_spec(os.fspath(spec))
     if s.prefix == PREFIX:

@@ -15,7 +15,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from tinyglot.console import make_console
 from tinyglot.errors import TinyglotError
@@ -23,39 +22,6 @@ from tinyglot.quiet import configure, is_verbose, set_verbose
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
-
-
-# ------------------------------------------------------------------ shared options
-def add_config_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, help="TOML file with [model] and [train] tables overriding the preset")
-    p.add_argument("--set", dest="sets", action="append", metavar="KEY=VALUE",
-                   help="override one setting, e.g. --set train.max_steps=500 --set model.num_layers=2")
-
-
-def config_overrides(args: argparse.Namespace) -> dict:
-    from tinyglot.config import parse_sets, read_toml
-
-    merged: dict = read_toml(args.config) if getattr(args, "config", None) else {}
-    for section, values in parse_sets(getattr(args, "sets", None)).items():
-        if isinstance(values, dict):
-            merged.setdefault(section, {}).update(values)
-        else:
-            merged[section] = values
-    return merged
-
-
-def add_header_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
-                   help="TSV files start with a row of column names (--no-header: they do not; "
-                        "default: detect rows such as en<TAB>de or source<TAB>target)")
-
-
-def print_and_save_result(result, json_path: Path | None) -> None:
-    console = make_console()
-    console.print(result.to_table())
-    if json_path is not None:
-        result.write_json(json_path)
-        console.print(f"wrote {json_path}")
 
 
 # ------------------------------------------------------------------ parser

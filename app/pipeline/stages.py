@@ -469,7 +469,7 @@ def check_teacher_rows(ctx: RunContext, models: list[EvalModel], check: Any, inp
             f"({len(check.check)} languages)")
     rows = teacher_embeddings(teacher.open(), check, ctx.cfg.eval.batch_size)
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, **rows)
+        np.savez(fh, **rows)  # type: ignore[arg-type]
     return rows
 
 

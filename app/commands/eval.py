@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tinyglot.app.cli import print_and_save_result
+from tinyglot.app.commands.common import print_and_save_result
 from tinyglot.console import make_console
 from tinyglot.errors import TinyglotError
 

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from tinyglot.app.cli import add_config_options, config_overrides
+from tinyglot.app.commands.common import add_config_options, config_overrides
 from tinyglot.console import make_console
 from tinyglot.teacher.config import PRESETS
 

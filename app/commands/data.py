@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tinyglot.app.cli import add_header_option
-from tinyglot.app.commands.bench import bounded_number
+from tinyglot.app.commands.common import add_header_option, bounded_number
 from tinyglot.console import make_console
 from tinyglot.data import commonvoice
 from tinyglot.data.pairs import TIERS

@@ -3,44 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
+from tinyglot.app.commands.common import bounded_ints, bounded_number, int_list  # noqa: F401 (tests import them here)
 from tinyglot.console import make_console
-
-
-def int_list(text: str, limit: int = 10**6) -> list[int]:
-    try:
-        values = [int(x) for x in str(text).replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1 or max(values) > limit:
-        raise argparse.ArgumentTypeError(f"expected integers from 1 to {limit:,}, got {text!r}")
-    return values
-
-
-def bounded_ints(limit: int):
-    """An argparse type: comma-separated integers from 1 to ``limit``."""
-    def parse(text: str) -> list[int]:
-        return int_list(text, limit)
-
-    parse.__name__ = "integer list"
-    return parse
-
-
-def bounded_number(cast: type[int] | type[float], low: float, high: float, what: str):
-    """An argparse type: a finite ``cast`` number from ``low`` to ``high`` (``what`` words the error)."""
-    def parse(text: str):
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not (math.isfinite(value) and low <= value <= high):
-            raise argparse.ArgumentTypeError(f"expected {what} from {low:,} to {high:,}, got {text!r}")
-        return value
-
-    parse.__name__ = what
-    return parse
 
 
 seconds = bounded_number(float, 0, 10**7, "a number of seconds")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tinyglot.app.cli import add_config_options, config_overrides
+from tinyglot.app.commands.common import add_config_options, config_overrides
 from tinyglot.console import make_console
 from tinyglot.distill.config import PRESETS, StudentConfig
 from tinyglot.distill.ms_config import PRESETS as MS_PRESETS
