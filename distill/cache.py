@@ -184,8 +184,13 @@ def teacher_embeddings(
             if _read_chunk(_chunk_file(parts, i), len(order[start:start + chunk]), dim) is not None}
     if done:
         log.info("teacher embeddings: continuing %s (%d of %d chunks done)", parts, len(done), len(starts))
-    bar = Progress(len(order), description or f"teacher embeddings ({name})", progress)
+    # the sentences go shortest first: the estimate follows their characters (and 8 for a sentence's own
+    # tokens and padding), not their count
+    chars = np.array([len(sentences[int(i)]) + 8 for i in order], dtype=np.float64)
+    bar = Progress(len(order), description or f"teacher embeddings ({name})", progress, unit="sentences",
+                   cost_total=float(chars.sum()))
     finished = sum(len(order[starts[i]:starts[i] + chunk]) for i in done)
+    cost = sum(float(chars[starts[i]:starts[i] + chunk].sum()) for i in done)
     with bar.run(start=finished):
         for i, start in enumerate(starts):
             if i in done:
@@ -194,7 +199,8 @@ def teacher_embeddings(
             emb = np.asarray(teacher.encode([sentences[j] for j in rows], batch_size=batch_size), dtype=np.float32)
             _save(_chunk_file(parts, i), _check_rows(emb, len(rows), dim, name).astype(np.float16))
             finished += len(rows)
-            bar.update(finished)
+            cost += float(chars[start:start + chunk].sum())
+            bar.update(finished, cost=cost)
     with atomic_path(npy) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(sentences), dim))
         if earlier is not None:

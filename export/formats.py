@@ -102,12 +102,14 @@ for _fmt in (
                  quantize_help="none, dynamic (int8 encoder, per tensor), dynamic-int4-embeddings (and a 4-bit "
                                "token table), dynamic-per-channel (int8 encoder per channel, portable), "
                                "avx2 / avx512-vnni / arm64 (int8 encoder per channel, per CPU)"),
-    BundleFormat("tflite-mediapipe", "tinyglot.export.tflite_mediapipe:export_tflite_mediapipe", ("none", "dynamic"),
+    BundleFormat("tflite-mediapipe", "tinyglot.export.tflite_mediapipe:export_tflite_mediapipe",
+                 ("none", "dynamic", "dynamic-int4-embeddings"),
                  "tinyglot.export.tflite_mediapipe:load_tflite_mediapipe_bundle", "mediapipe",
                  ("standalone", "card", "input_shape"), True,
                  summary="raw strings in MediaPipe's TextEmbedder: TFLite Metadata with the SentencePiece model; "
                          "dynamic input length where TensorFlow can convert the model",
-                 quantize_help="none, dynamic (dynamic-range int8)"),
+                 quantize_help="none, dynamic (dynamic-range int8), dynamic-int4-embeddings (and a 4-bit token "
+                               "table)"),
 ):
     register_format(_fmt)
 

@@ -253,6 +253,123 @@ def rewrite_tflite(path: str | Path, edit: Callable[[Any], None]) -> int:
     return len(data)
 
 
+TOKEN_LOOKUP, POSITION_LOOKUP = "token_table_lookup", "small_table_lookup"  # the lookups gathers_to_lookups names
+INT4_BLOCK = 128  # values per fp16 scale in a 4-bit table: the blocks of the ONNX bundles' 4-bit table (a
+# narrower table takes the widest block of 64 or 32 that divides its rows)
+
+
+def gathers_to_lookups(path: str | Path, vocab_size: int) -> dict[str, tuple[int, int]]:
+    """Rewrite in place each GATHER of a constant 2-D float table (TensorFlow's form of an embedding lookup)
+    as RESHAPE(ids -> [-1]) -> EMBEDDING_LOOKUP -> RESHAPE(back): ai-edge-quantizer quantizes a table only
+    under EMBEDDING_LOOKUP.  The token table's lookup (``vocab_size`` rows) is named :data:`TOKEN_LOOKUP`, a
+    smaller table's (positions, token types) :data:`POSITION_LOOKUP` and a number; returns each lookup's
+    table shape by its name."""
+    from ai_edge_litert import schema_py_generated as s
+
+    done: dict[str, tuple[int, int]] = {}
+
+    def opcode(model, builtin: int) -> int:
+        for i, c in enumerate(model.operatorCodes):
+            if max(c.builtinCode, c.deprecatedBuiltinCode) == builtin:
+                return i
+        code = s.OperatorCodeT()
+        code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, builtin, 1
+        model.operatorCodes.append(code)
+        return len(model.operatorCodes) - 1
+
+    def tensor(model, sg, name: str, ttype: int, shape: list[int], signature: list[int], values=None) -> int:
+        t = s.TensorT()
+        t.name, t.type, t.shape, t.shapeSignature, t.buffer = name.encode(), ttype, shape, signature, 0
+        if values is not None:
+            buf = s.BufferT()
+            buf.data = np.asarray(values, dtype=np.int32).view(np.uint8)
+            model.buffers.append(buf)
+            t.buffer = len(model.buffers) - 1
+        sg.tensors.append(t)
+        return len(sg.tensors) - 1
+
+    def operator(index: int, inputs: list[int], outputs: list[int], new_shape: list[int] | None):
+        op = s.OperatorT()
+        op.opcodeIndex, op.inputs, op.outputs = index, inputs, outputs
+        op.builtinOptionsType = s.BuiltinOptions.NONE
+        if new_shape is not None:
+            op.builtinOptionsType, op.builtinOptions = s.BuiltinOptions.ReshapeOptions, s.ReshapeOptionsT()
+            op.builtinOptions.newShape = new_shape
+        return op
+
+    def edit(model) -> None:
+        sg = model.subgraphs[0]
+        lookup, reshape = opcode(model, s.BuiltinOperator.EMBEDDING_LOOKUP), opcode(model, s.BuiltinOperator.RESHAPE)
+        ops = []
+        for op in sg.operators:
+            code = model.operatorCodes[op.opcodeIndex]
+            table = sg.tensors[op.inputs[0]] if op.inputs is not None and len(op.inputs) else None
+            if not (max(code.builtinCode, code.deprecatedBuiltinCode) == s.BuiltinOperator.GATHER and table is not None
+                    and model.buffers[table.buffer].data is not None and len(table.shape) == 2
+                    and table.type == s.TensorType.FLOAT32 and op.builtinOptions.axis == 0
+                    and op.builtinOptions.batchDims == 0):
+                ops.append(op)
+                continue
+            rows, dim = int(table.shape[0]), int(table.shape[1])
+            name = TOKEN_LOOKUP if rows == vocab_size else f"{POSITION_LOOKUP}_{len(done)}"
+            ids = sg.tensors[op.inputs[1]]
+            signature = [int(x) for x in (ids.shapeSignature if ids.shapeSignature is not None
+                                          and len(ids.shapeSignature) else ids.shape)]
+            n = int(np.prod(ids.shape))
+            flat_shape = tensor(model, sg, f"{name}/flat_shape", s.TensorType.INT32, [1], [1], [-1])
+            flat = tensor(model, sg, f"{name}/ids", s.TensorType.INT32, [n], [-1])
+            rows_out = tensor(model, sg, name, s.TensorType.FLOAT32, [n, dim], [-1, dim])
+            back = tensor(model, sg, f"{name}/out_shape", s.TensorType.INT32, [len(signature) + 1],
+                          [len(signature) + 1], [*signature, dim])
+            ops += [operator(reshape, [op.inputs[1], flat_shape], [flat], [-1]),
+                    operator(lookup, [flat, op.inputs[0]], [rows_out], None),
+                    operator(reshape, [rows_out, back], [op.outputs[0]], [*signature, dim])]
+            done[name] = (rows, dim)
+        sg.operators = ops
+
+    rewrite_tflite(path, edit)
+    return done
+
+
+def int4_token_table(src: str | Path, dst: str | Path, vocab_size: int) -> None:
+    """``dst``: the float file ``src`` quantized with ai-edge-quantizer, dynamic-range int8 for the fully
+    connected layers and the small tables (positions, token types; per channel), the token table in 4-bit blocks of
+    :data:`INT4_BLOCK` (its lookup dequantizes only the rows a sentence reads), the weights kept inside the
+    flatbuffer (MediaPipe's metadata writer re-serialises the flatbuffer alone)."""
+    import shutil
+    import warnings
+
+    from tinyglot.quiet import third_party_output
+
+    with third_party_output("ai-edge-quantizer's import output"):
+        from ai_edge_quantizer import qtyping, quantizer
+
+    work = Path(dst).with_name(Path(dst).name + ".lookups.tflite")
+    shutil.copyfile(src, work)
+    try:
+        tables = gathers_to_lookups(work, vocab_size)
+        if TOKEN_LOOKUP not in tables:
+            raise TinyglotError(f"{src}: no lookup of a {vocab_size}-row token table to store in 4 bits",
+                                "export with --quantize dynamic (an int8 table)")
+        width = tables[TOKEN_LOOKUP][1]
+        block = next((b for b in (INT4_BLOCK, 64, 32) if width % b == 0), None)
+        granularity, op = qtyping.QuantGranularity, qtyping.TFLOperationName
+        q = quantizer.Quantizer(str(work))
+        q.add_dynamic_config(regex=".*", operation_name=op.FULLY_CONNECTED, num_bits=8,
+                             granularity=granularity.CHANNELWISE)
+        q.add_dynamic_config(regex=f"{POSITION_LOOKUP}_.*", operation_name=op.EMBEDDING_LOOKUP, num_bits=8,
+                             granularity=granularity.CHANNELWISE)
+        q.add_dynamic_config(regex=TOKEN_LOOKUP, operation_name=op.EMBEDDING_LOOKUP, num_bits=4,
+                             granularity=granularity[f"BLOCKWISE_{block}"] if block else granularity.CHANNELWISE)
+        Path(dst).unlink(missing_ok=True)
+        with third_party_output("ai-edge-quantizer's output"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its deprecation and casting notices, not the user's business
+            q.quantize(enable_progress_report=False).export_model(str(dst))
+    finally:
+        work.unlink(missing_ok=True)
+    rewrite_tflite(dst, lambda model: None)  # the weights ai-edge-quantizer wrote after the flatbuffer, inside it
+
+
 def tflite_stats(path: str | Path) -> dict:
     """What a .tflite file stores: signatures, and the constant buffers by dtype
     (``{"weights": {dtype: elements}, "weight_bytes": {dtype: bytes}, "bytes", "subgraphs"}``).
@@ -297,7 +414,7 @@ def verify_quantized(path: str | Path, mode: str, fp32_weight_bytes: int | None 
     ref = fp32_weight_bytes or 4 * total
     ratio = const_bytes / max(1, ref)
     if mode == "dynamic":
-        low = (w.get("int8", 0) + w.get("uint8", 0)) / total
+        low = (w.get("int8", 0) + w.get("uint8", 0) + w.get("int4", 0)) / total
         if low < 0.5 or ratio > 0.6:
             raise TinyglotError(
                 f"the dynamic int8 TFLite model was not really quantized: {100 * low:.0f}% of constant "

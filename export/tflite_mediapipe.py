@@ -73,7 +73,8 @@ MODEL_FILE = "model.tflite"
 INPUT_NAMES = ("ids", "mask", "segment_ids")  # the metadata names MediaPipe's BERT pre-processing looks up
 HEADS = ("sentence_embedding", "token_ids")
 SIGNATURE = "serving_default"
-MODES = ("none", "dynamic")
+MODES = ("none", "dynamic", "dynamic-int4-embeddings")  # the last: dynamic int8 and a 4-bit token table
+INT4_TABLE = "dynamic-int4-embeddings"
 INPUT_SHAPES = ("auto", "dynamic", "fixed")  # see the module docstring
 MIN_PARSER_VERSION = "1.1.0"
 MAX_P1_DROP = 0.3
@@ -409,7 +410,8 @@ class MediaPipeConverter(StringBundleConverter):
     with MediaPipe's BERT text-embedder metadata (the tokenizer inside), parity through MediaPipe's
     TextEmbedder, again in a process with mediapipe only, and a model card."""
 
-    mode: str = "none"
+    mode: str = "none"  # the gates' and the loader's mode: none or dynamic
+    table_bits: int = 8  # 4: the token table in 4-bit blocks (dynamic-int4-embeddings; dynamic shapes only)
     input_shape: str = "auto"  # what was asked (INPUT_SHAPES); ``shape`` is what was built
     width: int = 0
     shape: str = ""
@@ -440,9 +442,17 @@ class MediaPipeConverter(StringBundleConverter):
                 f"[1, n] (dynamic: each string at its own length, cut at {max_len} tokens), quantization "
                 f"{self.mode}")
             folder = source.path / str(KINDS[source.config["kind"]].transformers_folder)
-            self.tf_version = convert_dynamic(folder, raw, max_len, self.mode, self.threads)["tf_version"]
+            int4 = self.table_bits == 4
+            self.tf_version = convert_dynamic(folder, raw, max_len, "none" if int4 else self.mode,
+                                              self.threads)["tf_version"]
             heads_first(raw)
-            if self.mode == "dynamic":
+            if int4:
+                from .tflite import INT4_BLOCK, int4_token_table
+
+                int4_token_table(raw, raw, source.tokenizer.vocab_size)
+                self.quantization = {**self.quantization, "recipe": "ai-edge-quantizer: dynamic int8 per channel, "
+                                     f"the token table's EMBEDDING_LOOKUP in 4-bit blocks of {INT4_BLOCK}"}
+            elif self.mode == "dynamic":
                 self.quantization = {**self.quantization, "recipe": "TFLiteConverter optimizations=[DEFAULT]"}
         else:
             say(f"converting {source.path} ({source.config.get('kind')}) with litert-torch for MediaPipe: inputs "
@@ -457,9 +467,15 @@ class MediaPipeConverter(StringBundleConverter):
 
     def choose_shape(self, source: Source) -> str:
         """``dynamic`` or ``fixed`` for :attr:`input_shape` (``auto``: dynamic where it can be built)."""
+        if self.input_shape == "fixed" and self.table_bits == 4:
+            raise TinyglotError("a 4-bit token table (dynamic-int4-embeddings) is made on the dynamic-shape path",
+                                "export with input_shape='dynamic' or 'auto', or --quantize dynamic")
         if self.input_shape == "fixed":
             return "fixed"
         why = dynamic_unavailable(source)
+        if why and self.table_bits == 4:
+            raise TinyglotError(f"a 4-bit token table needs the dynamic-shape MediaPipe file, and {why}",
+                                "export with --quantize dynamic (an int8 table)")
         if why and self.input_shape == "dynamic":
             raise TinyglotError(f"cannot build a dynamic-shape MediaPipe file: {why}",
                                 "export with input_shape='fixed' (every string costs max_len tokens)")
@@ -517,7 +533,8 @@ def export_tflite_mediapipe(
 ) -> ExportResult:
     """Export the student or teacher at ``model`` to a TFLite file MediaPipe's TextEmbedder opens.
 
-    ``quantization``: ``none`` (fp32) or ``dynamic`` (dynamic-range int8).  ``input_shape``: ``dynamic``
+    ``quantization``: ``none`` (fp32), ``dynamic`` (dynamic-range int8) or ``dynamic-int4-embeddings`` (and
+    the token table in 4-bit blocks: about half the bytes of a large vocabulary).  ``input_shape``: ``dynamic``
     (``[1, n]``: short strings cost less; TensorFlow conversion of a transformers model), ``fixed``
     (``[1, max_len + 2]``, litert-torch, any model) or ``auto`` (dynamic where it can be built; see the
     module docstring).  Parity: in this process
@@ -535,11 +552,13 @@ def export_tflite_mediapipe(
         raise TinyglotError(f"input_shape {input_shape!r} is not one of {', '.join(INPUT_SHAPES)}",
                             "dynamic: each string at its own length; fixed: [1, max_len + 2]; auto: dynamic "
                             "where it can be built")
-    qdict = {"mode": quantization, "name": quantization,
-             "recipe": "quant_recipes.full_dynamic_recipe" if quantization == "dynamic" else None}
+    mode = "dynamic" if quantization == INT4_TABLE else quantization
+    qdict = {"mode": mode, "name": quantization,
+             "recipe": "quant_recipes.full_dynamic_recipe" if mode == "dynamic" else None}
     converter = MediaPipeConverter(fmt=FORMAT, loader=LOADER, label=f"tflite-mediapipe {quantization}",
-                                   quantization=qdict, model_files=(MODEL_FILE,), mode=quantization, threads=threads,
-                                   standalone=standalone, card=card, input_shape=input_shape)
+                                   quantization=qdict, model_files=(MODEL_FILE,), mode=mode, threads=threads,
+                                   standalone=standalone, card=card, input_shape=input_shape,
+                                   table_bits=4 if quantization == INT4_TABLE else 8)
     return export_bundle(converter, model, out, testset=testset, max_sentences=max_sentences, gates=gates,
                          parity_gate=parity_gate, say=say)
 
@@ -562,8 +581,10 @@ val similarity = TextEmbedder.cosineSimilarity(a, b)
 def model_card(cfg: dict, report: ParityReport | None = None) -> str:
     name = cfg["files"][0]
     q = cfg.get("quantization", {}).get("mode", "none")
+    precision = ("int8, the token table in 4-bit blocks" if cfg.get("quantization", {}).get("name") == INT4_TABLE
+                 else "int8" if q == "dynamic" else "fp32")
     parity = parity_paragraph(report)
-    return f"""# tinyglot sentence encoder: TFLite for MediaPipe TextEmbedder ({'int8' if q == 'dynamic' else 'fp32'})
+    return f"""# tinyglot sentence encoder: TFLite for MediaPipe TextEmbedder ({precision})
 
 `{name}` opens in MediaPipe's TextEmbedder (Android, iOS, web, Python) and embeds raw strings:
 the SentencePiece model is packed in its TFLite Metadata, MediaPipe tokenises, the file

@@ -43,7 +43,7 @@ def ensure_default_teacher(say: Callable[[str], None] = log.info, progress: bool
         return path
     resume = (path / "last.pt").exists()
     say(f"teacher: no cached default teacher at {path}; {'resuming' if resume else 'training'} "
-        f"{preset} on the embedded corpus first (once; about 10 minutes on 2 CPU cores). "
+        f"{preset} on the embedded corpus first (once: later runs reuse it; it prints its expected time once timed). "
         f"Pass --teacher to use another one.")
     train_teacher(get_preset(preset), path, preset_name=preset, resume=resume, progress=progress)
     return path

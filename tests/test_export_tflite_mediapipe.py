@@ -94,6 +94,34 @@ def test_bundle_config_card_and_standalone_parity(mp_bundle, mp_int8_bundle):
     assert mp_int8_bundle.graph["weights"].get("int8", 0) > 0
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not DYNAMIC, reason="the 4-bit table is made on the dynamic-shape path (TensorFlow)")
+def test_a_4_bit_token_table_halves_the_table_and_keeps_parity(mp_int8_bundle, student_dir, tmp_path):
+    result = export_tflite_mediapipe(student_dir, tmp_path / "mp-int4", "dynamic-int4-embeddings", max_sentences=N)
+    assert result.parity.passed, result.parity.failures
+    cfg = json.loads((result.out / "config.json").read_text())
+    assert cfg["quantization"]["mode"] == "dynamic" and cfg["quantization"]["name"] == "dynamic-int4-embeddings"
+    assert "4-bit blocks" in cfg["quantization"]["recipe"]
+    weights = result.graph["weights"]
+    vocab, width = tinyglot.load(str(student_dir)).tokenizer.vocab_size, cfg["dim"]
+    assert weights.get("int4", 0) >= vocab * width  # the token table (the position table stays int8)
+    table_int8 = vocab * width  # bytes of the int8 table the dynamic file holds
+    saved = mp_int8_bundle.sizes["model.tflite"] - result.sizes["model.tflite"]
+    assert saved > 0.4 * table_int8, (saved, table_int8)
+    sa = json.loads((result.out / "parity.json").read_text())["standalone"]
+    assert sa["n_ids_equal"] == sa["n_sentences"] and sa["mean_cosine"] >= 0.99  # in a mediapipe-only process
+    assert "int8, the token table in 4-bit blocks" in (result.out / "README.md").read_text()
+    enc = tinyglot.load(str(result.out))
+    try:
+        emb = enc.encode(["Datei öffnen", "Open the file"])
+        assert emb.shape == (2, width) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-3)
+    finally:
+        enc.close()
+    with pytest.raises(TinyglotError, match="dynamic-shape path"):
+        export_tflite_mediapipe(student_dir, tmp_path / "mp-int4-fixed", "dynamic-int4-embeddings", max_sentences=N,
+                                input_shape="fixed")
+
+
 def test_bad_input_same_errors_as_the_torch_student(mp_bundle, student_dir):
     torch_enc = tinyglot.load(student_dir)
     enc = tinyglot.load(mp_bundle.out)

@@ -493,20 +493,43 @@ class MetricsLog:
         return out
 
 
+def process_cpu_seconds() -> float:
+    """User and system CPU time of this process so far (every thread): what ``benchmarks/pipeline_time.py``
+    divides by steps."""
+    times = os.times()
+    return times.user + times.system
+
+
+# The estimate of a long piece of work follows this much of it, timed after its first update (which holds
+# the warm-up: the first batch builds kernels and caches)
+PROBE_SECONDS = 5.0
+
+
 @dataclass
 class Progress:
     """A rich progress bar (steps, loss parts, pairs/s, ETA) on a terminal; elsewhere (a log file,
-    CI) a plain line every ``interval`` seconds and at the end; nothing when disabled."""
+    CI) a plain line every ``interval`` seconds and at the end; nothing when disabled.
+
+    Once :data:`PROBE_SECONDS` of the work after its first update are timed, one line says how long the
+    whole is expected to take on this machine (:meth:`estimate`), measured, never assumed."""
 
     total: int
     description: str = "training"
     enabled: bool = True
     interval: float = 60.0
+    unit: str = "steps"
+    # where items differ in cost (sentences sorted by length): the cost of all of them, and each update
+    # gives the cost done so far (``update(..., cost=)``), which the estimate and the ETA then follow
+    cost_total: float | None = None
 
     def __post_init__(self) -> None:
         import rich
 
         self._bar = None
+        self._probe: tuple[float, float] | None = None  # (time, work done) at the first update
+        self._estimated = False
+        self._cost = 0.0
+        self._first_step = 0
         self._plain = (self.enabled and os.environ.get("TINYGLOT_NO_PROGRESS") != "1"
                        and not rich.get_console().is_terminal)
         self._started = self._last = time.time()
@@ -527,6 +550,7 @@ class Progress:
     def run(self, start: int = 0) -> Iterator[Progress]:
         self._started = self._last = time.time()
         self._start_step = start
+        self._probe, self._estimated, self._cost, self._first_step = None, False, 0.0, start
         if self._bar is None:
             yield self
             return
@@ -534,13 +558,46 @@ class Progress:
             self._task = self._bar.add_task(self.description, total=self.total, completed=start, info="")
             yield self
 
-    def update(self, step: int, info: str = "") -> None:
+    def _work(self, step: int) -> tuple[float, float]:
+        """(work done, work in all): the cost when it is given, else the steps."""
+        return (self._cost, float(self.cost_total)) if self.cost_total else (float(step), float(self.total))
+
+    def estimate(self, step: int, now: float) -> str | None:
+        """The expected duration of the whole, once the probe is long enough (else None): the rate of the
+        work since the first update, applied to what is left, plus the time so far."""
+        done, total = self._work(step)
+        if self._probe is None:
+            self._probe = (now, done)
+            return None
+        t0, d0 = self._probe
+        if self._estimated or done <= d0 or now - t0 < PROBE_SECONDS or step >= self.total:
+            return None
+        self._estimated = True
+        expected = now - self._started + (now - t0) / (done - d0) * (total - done)
+        rate = (now - t0) / max(1, step - self._first_step)
+        per = f"{rate:.3g} s" if rate >= 0.01 else f"{1000 * rate:.3g} ms"
+        return (f"{self.description}: expected {format_duration(expected)} for {self.total:,} {self.unit} on "
+                f"this machine ({per} a {self.unit.removesuffix('s')} over the {step - self._first_step:,} timed)")
+
+    def update(self, step: int, info: str = "", cost: float | None = None) -> None:
+        if cost is not None:
+            self._cost = cost
+        if self._probe is None:
+            self._first_step = step
+        if self.enabled and os.environ.get("TINYGLOT_NO_PROGRESS") != "1":
+            line = self.estimate(step, time.time())
+            if line is not None:
+                if self._bar is not None:
+                    self._bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+                else:
+                    print(line, flush=True)
         if self._bar is not None:
             self._bar.update(self._task, completed=step, info=info)
         elif self._plain and (time.time() - self._last >= self.interval or step >= self.total):
             self._last = now = time.time()
-            done = step - self._start_step
-            eta = (self.total - step) * (now - self._started) / done if done > 0 else float("nan")
+            done, total = self._work(step)
+            start = 0.0 if self.cost_total else self._start_step
+            eta = (total - done) * (now - self._started) / (done - start) if done > start else float("nan")
             print(f"{self.description}: {step}/{self.total} ({100 * step / max(1, self.total):.0f} %), "
                   f"{format_duration(now - self._started)} elapsed, eta {format_duration(eta)}"
                   + (f" | {info}" if info else ""), flush=True)

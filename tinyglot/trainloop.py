@@ -26,8 +26,8 @@ from tinyglot.distributed import DistContext
 from tinyglot.errors import TinyglotError
 from tinyglot import allocator
 from tinyglot.training import (HeapTrimmer, MetricsLog, Progress, amp_dtype, autocast, cpu_bf16_supported,
-                               faster_autocast, limit_allocator_growth, load_checkpoint, rng_state, save_checkpoint,
-                               set_rng_state, warmup_linear_decay)
+                               faster_autocast, limit_allocator_growth, load_checkpoint, process_cpu_seconds,
+                               rng_state, save_checkpoint, set_rng_state, warmup_linear_decay)
 
 log = logging.getLogger("tinyglot.train")
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
@@ -442,7 +442,7 @@ class TrainLoop:
                 bar.update(self.step, f"{shown} | {rate:.0f} pairs/s")
                 if self.ctx.is_main and (self.step % cfg.log_every == 0 or self.step == cfg.max_steps):
                     self.log.write({"step": self.step, "lr": self.scheduler.get_last_lr()[0],
-                                    "pairs_per_s": rate, **parts})
+                                    "pairs_per_s": rate, "cpu_s": round(process_cpu_seconds(), 2), **parts})
                 if self.step % cfg.eval_every == 0 or self.step == cfg.max_steps:
                     self._evaluate(evaluate)
                 if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:

