@@ -67,46 +67,21 @@ class LossConfig:
     margin: float = 0.3  # additive margin of the AMS loss (LaBSE)
     scale: float = 20.0  # AMS logits are scale * cos (cosines alone give a too-flat softmax)
     ld_temperature: float = 100.0
-    # The form of L_ld: "squared" is eq. 4 (with T = 100 and gamma = 1e-2 it is about 1e-6 of the loss);
-    # "softmax" is KL(p_t || p_s) between the teacher's and the student's softmax over each row (and each
-    # column) of the batch's similarity matrix, teacher logits ld_teacher_scale * cos, the student's
-    # scale * cos: the teacher's ranking of every in-batch candidate, not only which one is the positive.
-    # Measured on the e5 profile at 1,000 steps (gamma 1): +0.6 dev P@1, -0.1 / +0.3 / +0.2 / +0.6 on
-    # libreoffice / pretix / narrative / docs, within a run's noise, so the presets keep "squared"
-    # (docs/results.md, "288k pieces in a 4-bit table").
-    ld_form: str = "squared"
-    # e5-small's cosines are compressed (in-batch negatives 0.78 +- 0.03): at 50 its softmax keeps about
-    # 0.9 on the positive and spreads the rest over the nearest negatives.
-    ld_teacher_scale: float = 50.0
-    # How f (student -> teacher dim, used by L_fd) starts: "least-squares" fits it to the teacher's
-    # embeddings of the first pairs before step 1; "random" is the paper's. With beta = 1e3 a random f
-    # makes L_fd ~500x L_ams at the start and pulls a teacher-pca student away from its initialisation.
-    fd_init: str = "least-squares"
-    # beta grows linearly from 0 to its value over the first fd_warmup_steps steps (0: constant, the
-    # paper's). For short runs: gradients are clipped to norm 1, so while beta * L_fd is ~40x L_ams
-    # the update direction is almost all L_fd. Measured at 150 steps it helps (61.6 -> 67.2 test
-    # P@1), a smaller beta helps more (beta 10: 82.1; see docs/results.md, stage 2).
-    fd_warmup_steps: int = 0
+    # L_ld is eq. 4; f (student -> teacher dim, used by L_fd) starts at the least-squares fit to the
+    # teacher's embeddings of the first pairs (the paper's random f made L_fd ~500x L_ams at the start:
+    # docs/results.md, the ablation table)
     # What L_fd and L_ld compare the student with: "pair" = the teacher's embedding of each side (the
     # paper's); "english" = the teacher's embedding of the English side for both sides, so the teacher
     # pass covers only the distinct English sentences (a fraction of a multilingual corpus: the same
     # English is translated into many languages) and every translation is pulled to the same point.
     fd_target: str = "pair"
 
-    FD_INITS = ("least-squares", "random")
     FD_TARGETS = ("pair", "english")
-    LD_FORMS = ("squared", "softmax")
 
     def validate(self) -> None:
-        if self.fd_warmup_steps < 0:
-            raise TinyglotError(f"loss.fd_warmup_steps must be >= 0, got {self.fd_warmup_steps}")
         if self.fd_target not in self.FD_TARGETS:
             raise TinyglotError(f"unknown loss.fd_target {self.fd_target!r}",
                                 f"choose one of: {', '.join(self.FD_TARGETS)}")
-        if self.ld_form not in self.LD_FORMS:
-            raise TinyglotError(f"unknown loss.ld_form {self.ld_form!r}", f"choose one of: {', '.join(self.LD_FORMS)}")
-        if self.fd_init not in self.FD_INITS:
-            raise TinyglotError(f"unknown loss.fd_init {self.fd_init!r}", f"choose one of: {', '.join(self.FD_INITS)}")
 
 
 @dataclass

@@ -30,7 +30,7 @@ from tinyglot.training import (activation_bytes, free_device_bytes, load_checkpo
 
 from .cache import shared_teacher_embeddings
 from .config import DistillPreset
-from .losses import ams_loss, feature_distillation, logit_distillation, softmax_logit_distillation
+from .losses import ams_loss, feature_distillation, logit_distillation
 from .student import Student, init_from_teacher_pca, least_squares_head, save_student, teacher_input_embeddings
 from .teacher_init import (VocabularyEmbeddings, check_teacher_layers, describe, e5_layer_weights, e5_vocabulary,
                            init_from_vocabulary, vocabulary_embeddings)
@@ -270,11 +270,6 @@ class LeallaTrainer:
         least_squares_head(model.fd_proj, torch.cat(src), torch.cat(dst))
         return f"least-squares start on {sum(len(a) for a in src) // 2} pairs"
 
-    def fd_weight(self, step: int) -> float:
-        """beta at (0-based) ``step``: ramped linearly over ``loss.fd_warmup_steps``, then constant."""
-        lc = self.preset.loss
-        return lc.beta * min(1.0, (step + 1) / lc.fd_warmup_steps) if lc.fd_warmup_steps else lc.beta
-
     def _micro_loss(self, model: Student, index: int) -> dict:
         lc = self.preset.loss
         xs, ys, xt, yt, n_global = self._batch_and_size(model, index)
@@ -284,16 +279,10 @@ class LeallaTrainer:
         ams = ams_loss(xs, ys, lc.margin, lc.scale, gather, n) if lc.ams else zero
         proj = model.fd_proj if model.fd_proj is not None else torch.nn.Identity()
         fd = feature_distillation(xt, yt, proj(xs), proj(ys), n) if lc.fd else zero
-        ld = self._logit_distillation(xt, yt, xs, ys, gather, n) if lc.ld else zero
-        loss = lc.alpha * ams + self.fd_weight(index // self.preset.train.grad_accum) * fd + lc.gamma * ld
+        ld = logit_distillation(xt, yt, xs, ys, lc.ld_temperature, gather, n) if lc.ld else zero
+        loss = lc.alpha * ams + lc.beta * fd + lc.gamma * ld
         parts = {k: float(v.detach()) for k, v in (("loss", loss), ("ams", ams), ("fd", fd), ("ld", ld))}
         return {"loss": loss, "parts": parts, "pairs": n_global}
-
-    def _logit_distillation(self, xt, yt, xs, ys, gather, n) -> torch.Tensor:
-        lc = self.preset.loss
-        if lc.ld_form == "softmax":
-            return softmax_logit_distillation(xt, yt, xs, ys, lc.ld_teacher_scale, lc.scale, gather, n)
-        return logit_distillation(xt, yt, xs, ys, lc.ld_temperature, gather, n)
 
     def train(self, on_step: Callable[[int], None] | None = None) -> DistillResult:
         tc = self.preset.train
@@ -305,7 +294,7 @@ class LeallaTrainer:
                 log.info("train.sparse_embeddings: off under torchrun and with train.compile (a dense table)")
             else:
                 model.set_sparse_embeddings(True)
-        fd_init = self.preset.loss.fd_init if model.fd_proj is not None else "none (loss.fd off)"
+        fd_init = "least-squares" if model.fd_proj is not None else "none (loss.fd off)"
         if fd_init == "least-squares":
             resuming = self.resume and (self.out / "last.pt").exists()  # the checkpoint holds f
             fd_init = "least-squares start (restored from last.pt)" if resuming else self.fit_fd_head(model)

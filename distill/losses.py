@@ -62,20 +62,3 @@ def logit_distillation(x_t, y_t, x_s, y_s, temperature: float = 100.0, gather: G
         return (((cosine_matrix(x_t, y_t_all) - cosine_matrix(x_s, y_s_all)) / temperature) ** 2).sum() / (n * n)
     return (((cosine_matrix(x_t, y_t) - cosine_matrix(x_s, y_s)) / temperature) ** 2).mean()
 
-
-def softmax_logit_distillation(x_t, y_t, x_s, y_s, teacher_scale: float, student_scale: float,
-                               gather: Gather | None = None, n_global: int | None = None) -> torch.Tensor:
-    """KL(p_t || p_s) summed over the rows (x -> y) and the columns (y -> x) of the batch's similarity
-    matrix and divided by N: p_t = softmax(teacher_scale * cos(x_t_i, y_t_j)) over j, p_s the same of the
-    student at ``student_scale``.  With ``gather``: this process's rows against every process's columns."""
-    return (_softmax_kl_one_way(x_t, y_t, x_s, y_s, teacher_scale, student_scale, gather, n_global)
-            + _softmax_kl_one_way(y_t, x_t, y_s, x_s, teacher_scale, student_scale, gather, n_global))
-
-
-def _softmax_kl_one_way(q_t, k_t, q_s, k_s, teacher_scale: float, student_scale: float, gather: Gather | None,
-                        n_global: int | None) -> torch.Tensor:
-    if gather is not None:
-        k_t, k_s = gather(k_t)[0], gather(k_s)[0]
-    target = F.log_softmax(teacher_scale * cosine_matrix(q_t, k_t), dim=-1)
-    student = F.log_softmax(student_scale * cosine_matrix(q_s, k_s), dim=-1)
-    return F.kl_div(student, target, log_target=True, reduction="sum") / (n_global or k_s.shape[0])

@@ -38,11 +38,11 @@ def _losses(run):
 
 
 def test_tiny_distillation_learns_and_saves_a_loadable_student(small_pairs, tiny_teacher_dir, tmp_path):
-    # a random f (the paper's start) leaves L_fd high at first, so its fall shows the student learning
-    result = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "run", {"loss": {"fd_init": "random"}}).train()
+    trainer = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "run")
+    untrained = trainer.evaluate(trainer.initial_model()[0]).primary_metric
+    result = trainer.train()
     logs = _losses(tmp_path / "run")
-    assert logs[-1]["loss"] < logs[0]["loss"]
-    assert logs[-1]["fd"] < logs[0]["fd"]  # the student moves towards the teacher's space
+    assert result.best_dev_p1 > untrained, (untrained, result.best_dev_p1)  # it learnt (from the teacher-derived start)
     assert all(r["ams"] > 0 and r["ld"] > 0 for r in logs)
     enc = tinyglot.load(result.student_dir)
     emb = enc.encode(["Datei öffnen", "open file"])
@@ -67,24 +67,6 @@ def test_each_loss_can_be_switched_off(small_pairs, tiny_teacher_dir, tmp_path, 
         # the optimised loss is exactly the weighted sum of the parts that are on
         assert r["loss"] == pytest.approx(lc.alpha * r["ams"] + lc.beta * r["fd"] + lc.gamma * r["ld"], rel=1e-5)
         assert all(r[k] > 0 for k in ("ams", "fd", "ld") if k != switch)
-
-
-def test_softmax_logit_distillation_is_what_the_trainer_optimises(small_pairs, tiny_teacher_dir, tmp_path):
-    # loss.ld_form = softmax: L_ld is the KL between the teacher's and the student's in-batch softmax, of the
-    # size of a cross-entropy, where eq. 4's squared cosine gap over T = 100 is ~1e-4 of it
-    runs = {}
-    for form in ("squared", "softmax"):
-        trainer = _trainer(small_pairs, tiny_teacher_dir, tmp_path / form, {"loss": {"ld_form": form, "gamma": 1.0},
-                                                                             "train": {"max_steps": 3}})
-        trainer.train()
-        runs[form] = _losses(tmp_path / form)
-        lc = trainer.preset.loss
-        for r in runs[form]:
-            assert r["loss"] == pytest.approx(lc.alpha * r["ams"] + lc.beta * r["fd"] + lc.gamma * r["ld"], rel=1e-5)
-    assert all(r["ld"] < 1e-3 for r in runs["squared"])
-    assert all(r["ld"] > 1e-2 for r in runs["softmax"])
-    with pytest.raises(TinyglotError, match="ld_form"):
-        get_preset("fast-tiny", {"loss": {"ld_form": "kl"}})
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -234,33 +216,11 @@ def test_fd_head_least_squares_start(small_pairs, tiny_teacher_dir, tmp_path):
         fitted_fd = [float(feature_distillation(xt, yt, model.fd_proj(xs), model.fd_proj(ys)))
                      for xs, ys, xt, yt in batches]
     assert all(f < r / 2 for f, r in zip(fitted_fd, random_fd, strict=True))
-    with pytest.raises(TinyglotError, match="loss.fd_init"):
-        get_preset("lealla-tiny", {"loss": {"fd_init": "zeros"}})
 
 
 def test_fd_head_init_is_recorded(small_pairs, tiny_teacher_dir, tmp_path):
     a = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "a", {"train": {"max_steps": 2}}).train()
-    b = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "b", {"train": {"max_steps": 2},
-                                                                 "loss": {"fd_init": "random"}}).train()
     assert json.loads((a.student_dir / "config.json").read_text())["fd_head_init"].startswith("least-squares")
-    assert json.loads((b.student_dir / "config.json").read_text())["fd_head_init"] == "random"
-
-
-def test_fd_warmup_ramps_beta(small_pairs, tiny_teacher_dir, tmp_path):
-    trainer = _trainer(small_pairs, tiny_teacher_dir, tmp_path / "r",
-                       {"train": {"max_steps": 6, "log_every": 1}, "loss": {"fd_warmup_steps": 4}})
-    beta = trainer.preset.loss.beta
-    assert [trainer.fd_weight(s) for s in (0, 1, 3, 4, 100)] == pytest.approx([beta / 4, beta / 2, beta, beta, beta])
-    trainer.train()
-    lc = trainer.preset.loss
-    rows = _losses(tmp_path / "r")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    for r in rows:  # the optimised loss uses the ramped weight of its step
-        want = lc.alpha * r["ams"] + trainer.fd_weight(r["step"] - 1) * r["fd"] + lc.gamma * r["ld"]
-        assert r["loss"] == pytest.approx(want, rel=1e-5)
-    assert _trainer(small_pairs, tiny_teacher_dir, tmp_path / "c").fd_weight(0) == beta  # default: constant
-    with pytest.raises(TinyglotError, match="fd_warmup_steps"):
-        get_preset("lealla-tiny", {"loss": {"fd_warmup_steps": -1}})
 
 
 def test_gradient_checkpointing_of_long_batches_gives_the_same_training(small_pairs, tiny_teacher_dir, tmp_path):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tinyglot.distill.losses import ams_loss, feature_distillation, logit_distillation, softmax_logit_distillation
+from tinyglot.distill.losses import ams_loss, feature_distillation, logit_distillation
 
 I2 = torch.eye(2)
 
@@ -43,38 +43,3 @@ def test_logit_distillation_hand_value_and_temperature():
     assert logit_distillation(I2, I2, xs, ys, temperature=1.0).item() == pytest.approx(0.5)
     assert logit_distillation(I2, I2, xs, ys, temperature=100.0).item() == pytest.approx(0.5e-4)
     assert logit_distillation(I2, I2, I2, I2).item() == pytest.approx(0.0)
-
-
-def test_softmax_logit_distillation_hand_value():
-    # teacher cos = I at scale 1: each row's softmax is (e, 1) / (e + 1); the student's cos is all ones,
-    # so its softmax is uniform: KL = sum p log(2p) per row, 2 rows -> mean 1 row's, two directions
-    xs = ys = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
-    p = torch.tensor([math.e, 1.0]) / (math.e + 1)
-    kl = float((p * torch.log(2 * p)).sum())
-    got = softmax_logit_distillation(I2, I2, xs, ys, teacher_scale=1.0, student_scale=20.0)
-    assert got.item() == pytest.approx(2 * kl, abs=1e-6)
-    # the student matching the teacher at the same scale: nothing to learn
-    assert softmax_logit_distillation(I2, I2, I2, I2, 7.0, 7.0).item() == pytest.approx(0.0, abs=1e-6)
-    # the teacher's ranking of the negatives counts, not only the positive: a student that puts the
-    # teacher's nearest negative second loses less than one that puts it last
-    t = torch.tensor([[1.0, 0.0, 0.0], [0.9, 0.436, 0.0], [0.0, 0.0, 1.0]])
-    near = torch.tensor([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 0.6, 0.8]])
-    far = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.6, 0.8], [0.8, 0.6, 0.0]])
-    loss = lambda s: softmax_logit_distillation(t, t, s, s, 10.0, 10.0).item()  # noqa: E731
-    assert loss(near) < loss(far)
-
-
-def test_softmax_logit_distillation_shares_add_up_to_the_whole_batch():
-    # two processes' shares (each its own rows against every column, as with a gather) sum to the loss of
-    # one process over the whole batch
-    g = torch.Generator().manual_seed(0)
-    xt, yt, xs, ys = (torch.randn(6, 4, generator=g) for _ in range(4))
-    whole = softmax_logit_distillation(xt, yt, xs, ys, 5.0, 3.0)
-    full = {id(t): t for t in (xt, yt, xs, ys)}
-
-    def shares(lo: int, hi: int) -> torch.Tensor:
-        def gather(part: torch.Tensor) -> tuple[torch.Tensor, int]:
-            return next(t for t in full.values() if torch.equal(t[lo:hi], part)), lo
-        return softmax_logit_distillation(xt[lo:hi], yt[lo:hi], xs[lo:hi], ys[lo:hi], 5.0, 3.0, gather, 6)
-
-    assert (shares(0, 3) + shares(3, 6)).item() == pytest.approx(whole.item(), rel=1e-5)

@@ -166,37 +166,6 @@ def test_no_weight_decay_on_biases_and_layer_norms(tmp_path):
                                                              "out.bias"]
 
 
-class TableNet(torch.nn.Module):
-    """A token table named as the students' (``...word_embeddings.weight``) in front of :class:`Net`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.word_embeddings = torch.nn.Embedding(5, 4)
-        self.net = Net()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x + self.word_embeddings(torch.arange(6) % 5))
-
-
-@pytest.mark.parametrize("scale", [0.25, 0.0])
-def test_embedding_lr_scale_trains_the_token_table_at_its_share_of_lr(tmp_path, scale):
-    torch.manual_seed(0)
-    loop = TrainLoop(tmp_path, TableNet(), _settings(embedding_lr_scale=scale), CPU, META, "unit", progress=False)
-    *_, table_group = loop.optimizer.param_groups
-    assert [id(p) for p in table_group["params"]] == [id(loop.model.word_embeddings.weight)]
-    table, dense = (loop.model.word_embeddings.weight.detach().clone(), loop.model.net.dense.weight.detach().clone())
-    loop.run(Recorder(), _evaluator([0.1] * 5)[0])
-    lrs = loop.scheduler.base_lrs  # the peak of each group's warm-up and decay
-    assert lrs[-1] == pytest.approx(scale * lrs[0]) and lrs[0] == lrs[1] == 1e-2
-    moved = (loop.model.word_embeddings.weight - table).abs().max()
-    assert (moved == 0) if scale == 0 else (moved > 1e-3)
-    assert (loop.model.net.dense.weight - dense).abs().max() > 1e-3
-    # the default keeps the table with the other weights: two groups, as before
-    assert len(_loop(tmp_path / "plain", _settings()).optimizer.param_groups) == 2
-    with pytest.raises(TinyglotError, match="embedding_lr_scale must be >= 0"):
-        _settings(embedding_lr_scale=-1.0).validate()
-
-
 def test_non_finite_loss_stops_with_the_step(tmp_path):
     def nan_at_step_3(net, index):
         loss = net(torch.ones(2, 4)).sum() * (math.nan if index >= 4 else 1.0)

@@ -32,7 +32,6 @@ from tinyglot.training import (HeapTrimmer, MetricsLog, Progress, amp_dtype, aut
 log = logging.getLogger("tinyglot.train")
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
 PROBE_BATCHES = 8  # train.cpu_bf16=auto times this many batches of the run both ways
-TOKEN_TABLE = "word_embeddings.weight"  # the parameter train.embedding_lr_scale applies to
 
 
 # A row's pending momentum moves are summed over this many steps at most: beyond them they are below
@@ -250,9 +249,6 @@ class TrainSettings:
     batch_size: int = 64  # pairs per optimizer step and process (before grad_accum)
     grad_accum: int = 1
     lr: float = 5e-4
-    # The token table's learning rate as a share of ``lr`` (parameters named ``*word_embeddings.weight``);
-    # below 1 a table started from the teacher (student.init=teacher) keeps more of what it was given.
-    embedding_lr_scale: float = 1.0
     weight_decay: float = 0.01
     warmup_steps: int = 100
     max_steps: int = 1000
@@ -309,9 +305,6 @@ class TrainSettings:
                          "train")
         if self.seed < 0 or self.warmup_steps < 0 or self.threads < 0:
             raise TinyglotError("train.seed, train.warmup_steps and train.threads must be >= 0")
-        if self.embedding_lr_scale < 0:
-            raise TinyglotError(f"train.embedding_lr_scale must be >= 0, got {self.embedding_lr_scale}",
-                                "1 trains the token table like the rest; 0.1 at a tenth of train.lr; 0 freezes it")
         if not 0.0 <= self.general_share < 1.0:
             raise TinyglotError(f"train.general_share must be in [0, 1), got {self.general_share}",
                                 "0 samples a language's rows uniformly; 0.5 takes half of its draws from "
@@ -365,17 +358,10 @@ class TrainLoop:
         self.scale = self.ctx.world if global_loss else 1
         self.log = MetricsLog(self.out / "metrics.jsonl")
         params = list(model.named_parameters())
-        # the token table in a group of its own only when its learning rate differs (as before otherwise)
-        in_table = [cfg.embedding_lr_scale != 1.0 and n.endswith(TOKEN_TABLE) for n, _ in params]
-        table = [p for (_, p), t in zip(params, in_table, strict=True) if t]
-        rest = [(n, p) for (n, p), t in zip(params, in_table, strict=True) if not t]
         groups = [
-            {"params": [p for n, p in rest if not n.endswith(NO_DECAY)], "weight_decay": cfg.weight_decay},
-            {"params": [p for n, p in rest if n.endswith(NO_DECAY)], "weight_decay": 0.0},
+            {"params": [p for n, p in params if not n.endswith(NO_DECAY)], "weight_decay": cfg.weight_decay},
+            {"params": [p for n, p in params if n.endswith(NO_DECAY)], "weight_decay": 0.0},
         ]
-        if table:
-            groups.append({"params": table, "weight_decay": cfg.weight_decay,
-                           "lr": cfg.lr * cfg.embedding_lr_scale})
         # fused: one kernel over all the parameters instead of a loop of ops per tensor (the same AdamW;
         # 2x256 student at 96k pieces, 2 CPU cores: 468 against 575 ms a step; benchmarks/optimizer_step.py)
         self.optimizer = LazyAdamW(groups, lr=cfg.lr, fused=fused_optimizer(model, device))
