@@ -1,4 +1,4 @@
-"""``tinyglot release``: a trained student becomes a released model, ``tinyglot/released/NAME/`` (issue #26).
+"""``tinyglot release``: a trained student becomes a released model, ``tinyglot/released/NAME/``.
 
 :func:`release_student` exports the student as int8 bundles that stock runtimes open (``onnx-text``:
 onnxruntime + onnxruntime-extensions; ``tflite-mediapipe``: MediaPipe's TextEmbedder) with the export

@@ -9,7 +9,7 @@ sentences/s) that distillation runs first.  Prints numbers; asserts nothing.
 Batches hold random token ids with lengths drawn from --min-len..--max-len (the embedded corpus:
 mostly 8-40 tokens), sorted into one length bucket per batch as the training batch plan does, so
 the numbers are the model's: they leave out tokenisation and batch building (see train.token_cache)
-and the teacher pass's text side.  ``ems-384x6`` is the issue #15 teacher (hidden 384, 6 layers,
+and the teacher pass's text side.  ``ems-384x6`` is a larger EMS teacher (hidden 384, 6 layers,
 32k vocabulary).  On a machine without a CUDA GPU (and no --device cpu) it says so and exits 0.
 """
 

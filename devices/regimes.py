@@ -44,8 +44,8 @@ from tinyglot.errors import TinyglotError
 
 REGIMES = ("single", "arrival-32", "bulk")
 ARRIVAL_BATCH = 32
-# 15+ words: a mean of ~44 tokens (p90 ~73) with tinyglot's 8k vocabulary, near the documentation set of
-# issue #27 (mean 40, p90 87); 25+ words gives ~60 tokens, with only 430 sentences of Python's manual
+# 15+ words: a mean of ~44 tokens (p90 ~73) with tinyglot's 8k vocabulary, near a documentation set's
+# (mean 40, p90 87); 25+ words gives ~60 tokens, with only 430 sentences of Python's manual
 PROSE_MIN_WORDS = 15
 RESULT_TAG = "REGIMES_RESULT "
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"  # beside a source checkout

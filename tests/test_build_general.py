@@ -1,4 +1,4 @@
-"""tinyglot.data.general, ``tinyglot data general`` (issue #24): extraction, cleaning, language codes, the
+"""tinyglot.data.general, ``tinyglot data general``: extraction, cleaning, language codes, the
 test/train split, the permissive filter and a deterministic build, on small packages made here (no network)."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_help_of_every_command_names_and_explains_its_options(path, capsys):
 
 @pytest.mark.parametrize("path", sorted(COMMANDS), ids=lambda p: " ".join(p) or "tinyglot")
 def test_help_states_each_default_once_and_never_none(path):
-    """Issue #29: argparse's ArgumentDefaultsHelpFormatter appended "(default: None)" to help texts that
+    """argparse's ArgumentDefaultsHelpFormatter appended "(default: None)" to help texts that
     already state their default ("(default: embedded corpus) (default: None)")."""
     parser = dict(_commands(build_parser()))[path]
     text = parser.format_help()

@@ -1,4 +1,4 @@
-"""The wheel holds every package and data file (issue #29): ``[tool.setuptools] packages`` in pyproject.toml
+"""The wheel holds every package and data file: ``[tool.setuptools] packages`` in pyproject.toml
 is a hand-written list (``packages.find`` cannot follow the ``package-dir`` mapping of the stage folders), so
 these tests walk the source folders and fail when one is not listed.  ``.ci/wheel-check`` builds the wheel,
 installs it and imports every module from it."""

@@ -1,4 +1,4 @@
-"""A quiet terminal (issue 29): tinyglot's own lines only; third-party output captured, shown on request.
+"""A quiet terminal: tinyglot's own lines only; third-party output captured, shown on request.
 
 The end-to-end checks run in subprocesses with a clean environment (no USE_TF, no TF_CPP_MIN_LOG_LEVEL,
 no TINYGLOT_VERBOSE: .ci/run exports USE_TF=0, which would hide TensorFlow's import noise), as a

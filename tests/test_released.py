@@ -1,4 +1,4 @@
-"""Released students (issue #26): every model under ``tinyglot/released/`` is checked against its manifest
+"""Released students: every model under ``tinyglot/released/`` is checked against its manifest
 (file hashes, embeddings recorded at release, a process that imports only onnxruntime, ``tinyglot.load(NAME)``),
 and ``tinyglot release`` is run end to end on a tiny student trained here (load by name, ``tinyglot models``,
 the size limit, the licence and name checks, the model card).

