@@ -5,9 +5,8 @@ For each ``--vocab-sizes`` it builds the student (``--student`` preset's shape, 
 mode with the same weights and times the training loop's step on each, alternating in one process so
 that the machine's drift hits all of them alike:
 
-- ``foreach``: ``torch.optim.AdamW``'s default implementation (a loop of ops per tensor; the training
-  loop's optimizer before 2026-11-28);
-- ``fused``: the same AdamW in one kernel (``fused=True``; the training loop's optimizer now);
+- ``foreach``: ``torch.optim.AdamW``'s default implementation (a loop of ops per tensor);
+- ``fused``: the same AdamW in one kernel (``fused=True``; the training loop's optimizer);
 - ``sparse``: the token table's gradient as the batch's rows only, stepped lazily, each row caught up
   to AdamW's weights before a batch reads it (``train.sparse_embeddings``;
   :class:`tinyglot.trainloop.LazyAdamW`).

@@ -87,14 +87,15 @@ def test_progress_follows_the_cost_where_items_differ(monkeypatch, capsys):
     clock = [0.0]
     monkeypatch.setattr(training.time, "time", lambda: clock[0])
     monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
-    bar = Progress(4, "teacher embeddings", enabled=True, interval=1e9, unit="sentences", cost_total=100.0)
+    bar = Progress(10, "teacher embeddings", enabled=True, interval=1e9, unit="sentences", cost_total=100.0)
     bar._bar, bar._plain = None, True
     with bar.run():
         clock[0] += 1.0
-        bar.update(1, cost=10.0)
-        clock[0] += 6.0
-        bar.update(2, cost=20.0)  # 10 cost units in 6 s: 80 left take 48 s
-    assert "expected 0:55 for 4 sentences" in capsys.readouterr().out
+        bar.update(1, cost=4.0)  # the first: its warm-up is not timed
+        for step, cost in ((2, 6.0), (3, 8.0), (4, 10.0)):
+            clock[0] += 2.0
+            bar.update(step, cost=cost)  # 6 cost units in 6 s (the later sentences cost more): 90 left take 90 s
+    assert "expected 1:37 for 10 sentences" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("setting", ["1"])

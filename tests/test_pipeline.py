@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -111,8 +112,9 @@ def test_effective_settings_round_trip_through_toml(tmp_path):
     (dict(profile="e5", sets=["distill.student=fast-e5-3"]),
      "export.formats onnx-dynamic, onnx-text-dynamic-int4-embeddings: ONNX int8 per tensor loses too much"),
     # a student to ship (permissive data only) is not made with the profile's CC-BY-SA word lists
-    (dict(profile="e5", sets=["data.permissive_only=true"]),
-     "data.permissive_only, but the new vocabulary's sample takes word lists"),
+    (dict(profile="e5", sets=["data.tier=permissive"]),
+     "data.tier=permissive, but the new vocabulary's sample takes word lists"),
+    (dict(sets=["data.tier=gpl"]), "data.tier='gpl' is not a licence tier"),
 ])
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(TinyglotError, match=re.escape(message)):
@@ -461,7 +463,7 @@ def test_e5_profile_is_the_strong_teacher_path():
     cfg = load_config("e5")
     assert cfg.teacher.spec == "e5-small-onnx" and cfg.distill.student == "fast-small"
     assert cfg.data.languages == "e5-small" and cfg.data.min_pairs_per_lang == 1500
-    assert cfg.data.general == "auto" and not cfg.data.permissive_only  # the general-domain mix by default
+    assert cfg.data.general == "auto" and not cfg.data.tier  # the general-domain mix by default, any licence
     assert cfg.data.general_counts  # a language's general-domain rows count towards min_pairs_per_lang
     assert cfg.data.max_pairs_per_lang == 0 and cfg.distill.max_steps == 8000
     train = cfg.student_preset().train
@@ -530,8 +532,15 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
                                 "It rained all night long.\tIl a plu toute la nuit.",
                                 "She laughed and closed the book.\tElle rit et ferma le livre."])):
         (general_test / f"{lang}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # and a monolingual check of teacher retrieval (as `tinyglot data general --commonvoice` writes one)
+    check = tmp_path / "cv-check"
+    (check / "fit").mkdir(parents=True)
+    for lang, words in (("de", ("Hund", "Katze", "Haus", "Baum", "Stadt")), ("fr", ("chien", "chat", "maison"))):
+        lines = [f"{w} {i} {w2}." for i in range(6) for w in words for w2 in words[:2]]
+        (check / f"{lang}.txt").write_text("\n".join(lines[:20]) + "\n", encoding="utf-8")
+        (check / "fit" / f"{lang}.txt").write_text("\n".join(lines[20:40]) + "\n", encoding="utf-8")
     sets += [f"data.general={_general_corpus(tmp_path / 'general.jsonl.gz')}", "data.general_max_per_lang=5",
-             f"data.tests=general={general_test}"]
+             f"data.tests=general={general_test},cv={check}"]
     # the profile's word lists (train.vocab_words; `tinyglot data general` writes them into OUT/words)
     words = tmp_path / "words"
     words.mkdir()
@@ -551,8 +560,15 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     assert json.loads((tmp_path / "run" / "teacher.json").read_text())["spec"] == "e5-small-onnx"
     report = (tmp_path / "run" / "report.md").read_text()
     assert "peer: multilingual-e5-small" in report and "peer: Google USE-multilingual" in report
-    [general] = results["extra"]
+    general, cv = results["extra"]
     assert general["name"] == "general" and [m["name"] for m in general["models"]] == names
+    assert general["kind"] == "bitext" and cv["kind"] == "teacher-retrieval"
+    cv_p1 = {m["name"]: m["result"]["primary_metric"] for m in cv["models"]}
+    assert list(cv_p1) == names[1:]  # no TF-IDF: no linear map is fitted from its sparse space
+    assert cv_p1["teacher"] == 1.0 and cv_p1["peer e5-small"] > 0.9  # e5-small is (a copy of) the teacher
+    assert {r["lang"]: r["n"] for r in cv["models"][0]["result"]["languages"]} == {"de": 20, "fr": 20}
+    assert "### cv: P@1 per language" in report and "A monolingual check of teacher retrieval" in report
+    assert len(list((tmp_path / "home" / "eval-cache").glob("check-rows-*.npz"))) == 1  # the teacher's rows
     assert all({r["lang"] for r in m["result"]["languages"]} == {"de", "fr"} for m in general["models"])
     assert "## P@1 on every test set" in report and "### general: P@1 per language" in report
     assert list((tmp_path / "home" / "teacher-cache").glob("*.npy"))  # the e5 pass is cached for the next run
@@ -567,8 +583,8 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     # later run folder; the run's own models in the run
     fixed_rows = [m["result"] for m in results["models"] if m["kind"] in ("peer", "teacher")]
     kept = [json.loads(f.read_text()) for f in sorted((tmp_path / "home" / "eval-cache").glob("*.json"))]
-    assert len(kept) == 6 and {json.dumps(r) for r in fixed_rows} <= {json.dumps(r) for r in kept}  # 3 x 2 sets
-    assert len(list((tmp_path / "run" / "eval" / "cache").glob("*.json"))) == 6  # 3 models x 2 test sets
+    assert len(kept) == 9 and {json.dumps(r) for r in fixed_rows} <= {json.dumps(r) for r in kept}  # 3 x 3 sets
+    assert len(list((tmp_path / "run" / "eval" / "cache").glob("*.json"))) == 8  # 3 models x 2 sets, 2 on the check
     # the peers are benchmarked beside the bundles (their own runtime), so the Pareto view shows them
     from tinyglot.devices.bench import read_measurements
 
@@ -576,6 +592,28 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     assert {r["bundle"] for r in rows if r["runtime"] == "peer"} == {"peer:use-m", "peer:e5-small"}
     model_rows = [line.split("|") for line in report.splitlines() if line.startswith("| peer use-m | peer:")]
     assert model_rows and all(cell.strip() != "–" for cell in model_rows[0][7:10])  # p50, p90, sentences/s
+
+
+def test_an_auto_check_the_general_build_has_not_is_left_out(tmp_path, monkeypatch):
+    """commonvoice=auto (the e5 profile's) is left out when `tinyglot data general` was built without
+    --commonvoice; general=auto missing from a build is still an error."""
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path))
+    general = tmp_path / "general"
+    for folder in ("general-test", "docs-test"):
+        (general / folder).mkdir(parents=True)
+        (general / folder / "de.tsv").write_text("Hello there.\tHallo.\n", encoding="utf-8")
+    from tinyglot.app.pipeline.settings import profile_config
+
+    cfg = profile_config("e5")
+    assert [n for n, _ in cfg.data.extra_tests()] == ["general", "docs", "commonvoice"]  # no build: all asked
+    (general / "SOURCES.json").write_text("{}", encoding="utf-8")
+    assert [n for n, _ in cfg.data.extra_tests()] == ["general", "docs"]
+    assert [n for n, _, _ in cfg.data.left_out()] == ["commonvoice"]
+    (general / "commonvoice-test" / "fit").mkdir(parents=True)
+    assert [n for n, _ in cfg.data.extra_tests()] == ["general", "docs", "commonvoice"]
+    shutil.rmtree(general / "docs-test")
+    with pytest.raises(TinyglotError, match="no held-out test docs"):
+        replace(cfg.data, general="").require_built()  # (the text itself is checked first: none is built here)
 
 
 def test_corpus_replaced_in_place_with_same_size_and_mtime_changes_the_stage_inputs(tmp_path):
@@ -705,21 +743,23 @@ def test_auto_test_sets_are_the_general_builds_and_a_run_without_them_stops_befo
     assert "tinyglot data general" in err and not out.exists()
 
 
-def test_permissive_only_keeps_rows_a_shipped_model_may_learn_from(tmp_path):
+def test_a_tier_keeps_the_rows_a_shipped_model_of_it_may_learn_from(tmp_path):
     from tinyglot.data import Pair
     from tinyglot.data.embedded import write_jsonl
 
     corpus = tmp_path / "c.jsonl.gz"
     write_jsonl(corpus, [Pair("de", f"Satz {i}", f"sentence {i}", "s", lic)
-                         for i in range(30) for lic in ("MPL-2.0", "GPL-3.0-or-later")])
+                         for i in range(30) for lic in ("MPL-2.0", "GPL-3.0-or-later", "CC-BY-SA-4.0")])
     general = _general_corpus(tmp_path / "general.jsonl.gz")
     ctx, _ = _ctx(tmp_path, load_config("tiny", sets=[f"data.train={corpus}", f"data.general={general}",
-                                                      "data.permissive_only=true"]))
+                                                      "data.tier=permissive"]))
     assert {(p.lang, p.license) for p in ctx.train_pairs()} == {("de", "MPL-2.0"), ("de", "CC0-1.0")}
+    ctx, _ = _ctx(tmp_path / "sa", load_config("tiny", sets=[f"data.train={corpus}", "data.tier=share-alike"]))
+    assert {p.license for p in ctx.train_pairs()} == {"MPL-2.0", "CC-BY-SA-4.0"}
     gpl = tmp_path / "gpl.jsonl.gz"
     write_jsonl(gpl, [Pair("de", f"Satz {i}", f"sentence {i}", "s", "GPL-3.0-or-later") for i in range(30)])
-    ctx, _ = _ctx(tmp_path / "b", load_config("tiny", sets=[f"data.train={gpl}", "data.permissive_only=true"]))
-    with pytest.raises(TinyglotError, match="no row of .* has a permissive licence"):
+    ctx, _ = _ctx(tmp_path / "b", load_config("tiny", sets=[f"data.train={gpl}", "data.tier=permissive"]))
+    with pytest.raises(TinyglotError, match="no row of .* has a licence that tier allows"):
         ctx.train_pairs()
 
 

@@ -503,6 +503,7 @@ def process_cpu_seconds() -> float:
 # The estimate of a long piece of work follows this much of it, timed after its first update (which holds
 # the warm-up: the first batch builds kernels and caches)
 PROBE_SECONDS = 5.0
+PROBE_ITEMS = 3  # and at least this many of its items
 
 
 @dataclass
@@ -510,8 +511,9 @@ class Progress:
     """A rich progress bar (steps, loss parts, pairs/s, ETA) on a terminal; elsewhere (a log file,
     CI) a plain line every ``interval`` seconds and at the end; nothing when disabled.
 
-    Once :data:`PROBE_SECONDS` of the work after its first update are timed, one line says how long the
-    whole is expected to take on this machine (:meth:`estimate`), measured, never assumed."""
+    Once :data:`PROBE_SECONDS` (and :data:`PROBE_ITEMS` items) of the work after its first update are timed,
+    one line says how long the whole is expected to take on this machine (:meth:`estimate`), measured,
+    never assumed."""
 
     total: int
     description: str = "training"
@@ -570,7 +572,8 @@ class Progress:
             self._probe = (now, done)
             return None
         t0, d0 = self._probe
-        if self._estimated or done <= d0 or now - t0 < PROBE_SECONDS or step >= self.total:
+        if (self._estimated or done <= d0 or now - t0 < PROBE_SECONDS or step - self._first_step < PROBE_ITEMS
+                or step >= self.total):
             return None
         self._estimated = True
         expected = now - self._started + (now - t0) / (done - d0) * (total - done)
