@@ -3,10 +3,10 @@ of a training step of the teacher and of the student.
 
 By default it runs the default profile twice, as a new user does: the first run with an empty
 ``TINYGLOT_HOME`` (a temporary folder: the teacher is trained), then the cached run (a new run folder, the
-same home: the teacher is reused), and prints for each run its stages (wall seconds, CPU seconds, peak RSS)
-and the whole wall time, then the training steps' CPU-seconds (from the ``cpu_s`` that the training loop
-logs every ``train.log_every`` steps; the median over those intervals, so evaluations and saves are left
-out).  It prints numbers; it is not a test.
+same home: the teacher and the student are reused from it), and prints for each run its stages (wall seconds,
+CPU seconds, peak RSS) and the whole wall time, then the training steps' CPU-seconds (from the ``cpu_s`` that
+the training loop logs every ``train.log_every`` steps; the median over those intervals, so evaluations and
+saves are left out). It prints numbers; it is not a test.
 
     python benchmarks/pipeline_time.py                       # the default profile, first and cached run
     python benchmarks/pipeline_time.py --profile tiny        # a quick look
@@ -76,7 +76,7 @@ def stage_rows(out: Path) -> list[dict]:
             marker = json.loads(path.read_text(encoding="utf-8"))
             info = marker.get("info") or {}
             rows.append({"stage": name, "seconds": marker["seconds"], "cpu_seconds": info.get("cpu_seconds"),
-                         "peak_rss_mb": info.get("peak_rss_mb")})
+                         "peak_rss_mb": info.get("peak_rss_mb"), "from_cache": info.get("from_cache")})
     return rows
 
 
@@ -108,7 +108,8 @@ def report(label: str, out: Path, home: Path, wall: float | None) -> None:
     for row in stage_rows(out):
         cpu = "–" if row["cpu_seconds"] is None else f"{row['cpu_seconds']:.0f}"
         rss = "–" if row["peak_rss_mb"] is None else f"{row['peak_rss_mb']:.0f}"
-        print(f"{row['stage']:<10}{row['seconds']:>10.1f}{cpu:>10}{rss:>14}")
+        cached = f"  (copied from {row['from_cache']})" if row["from_cache"] else ""
+        print(f"{row['stage']:<10}{row['seconds']:>10.1f}{cpu:>10}{rss:>14}{cached}")
     config = json.loads((out / "teacher.json").read_text(encoding="utf-8")) if (out / "teacher.json").is_file() else {}
     spec = Path(str(config.get("spec", "")))
     teacher = spec if spec.is_absolute() else out / spec

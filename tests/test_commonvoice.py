@@ -198,6 +198,15 @@ def test_a_linear_image_of_the_teacher_scores_100_and_noise_lowers_it():
     assert result.rows[0].n == 40
 
 
+def test_a_map_with_fewer_fit_sentences_than_dimensions_is_refused_by_name():
+    check = _check(n=10, fit=8)  # 16 fit sentences for 16-d rows and a bias: 17 unknowns
+    rng = np.random.default_rng(1)
+    rows = teacher_embeddings(Linear({s: rng.standard_normal(16) for s in check.sentences()}, np.eye(16)), check)
+    with pytest.raises(TinyglotError, match="16 fit sentences in all, too few .* 16-d") as err:
+        evaluate_teacher_retrieval(KnownRows(check, rows), check, rows, testset_name="cv")
+    assert "more than 16 sentences" in err.value.fix
+
+
 def test_the_map_is_least_squares_with_a_bias():
     rng = np.random.default_rng(0)
     src = rng.standard_normal((200, 5))

@@ -80,7 +80,28 @@ def test_progress_estimates_from_what_it_timed(monkeypatch, capsys):
     out = capsys.readouterr().out
     # 10 steps in 5.0 s after the first: 0.5 s a step; 35 s so far, 89 steps left: 35 + 44.5 = 1:20
     assert "distill x: expected 1:20 for 100 steps on this machine (0.5 s a step over the 10 timed)" in out
-    assert out.count("expected") == 1
+    assert out.count("expected") == 1 and "revised" not in out  # the same pace after: no second line
+
+
+def test_progress_revises_an_estimate_the_pace_since_belies(monkeypatch, capsys):
+    clock = [0.0]
+    monkeypatch.setattr(training.time, "time", lambda: clock[0])
+    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
+    bar = Progress(100, "distill y", enabled=True, interval=1e9, unit="steps")
+    bar._bar, bar._plain = None, True
+    with bar.run():
+        bar.update(1)
+        for step in range(2, 12):  # 1 s a step while warming up: at step 6 (5 s timed) 5 + 94 = 99 s
+            clock[0] += 1.0
+            bar.update(step)
+        for step in range(12, 60):  # then 0.5 s a step: revised once a tenth of the rest (9.4 steps) is done
+            clock[0] += 0.5
+            bar.update(step)
+    out = capsys.readouterr().out
+    assert "distill y: expected 1:39 for 100 steps on this machine (1 s a step over the 5 timed)" in out
+    # at step 16: 12.5 s so far, 7.5 s over the 10 steps since the estimate, 84 left: 12.5 + 63 = 75.5 s
+    assert "distill y: revised to 1:16 for 100 steps on this machine (0.75 s a step over the 10 timed)" in out
+    assert out.count("revised") == 1
 
 
 def test_progress_follows_the_cost_where_items_differ(monkeypatch, capsys):

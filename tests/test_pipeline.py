@@ -46,9 +46,14 @@ def test_default_profile_is_the_readme_job():
     # the default student must cost less per token than the default teacher: fewer and narrower layers
     student, teacher = get_preset(cfg.distill.student).student, teacher_preset("ems-small").model
     assert student.num_layers < teacher.num_layers and student.hidden_size < teacher.hidden_size
-    assert cfg.export.formats == [("onnx", "dynamic"), ("tflite", "dynamic"), ("onnx-text", "dynamic"),
-                                  ("tflite-mediapipe", "dynamic")]
-    assert cfg.bundle_names() == ["onnx-dynamic", "tflite-dynamic", "onnx-text-dynamic", "tflite-mediapipe-dynamic"]
+    # the student as int8 ONNX (beside the teacher's) and the two raw-string bundles a user ships
+    assert cfg.export.formats == [("onnx", "dynamic"), ("onnx-text", "dynamic"), ("tflite-mediapipe", "dynamic")]
+    assert cfg.bundle_names() == ["onnx-dynamic", "onnx-text-dynamic", "tflite-mediapipe-dynamic"]
+    assert cfg.export.teacher_formats == [("onnx", "dynamic")] and "use-m" in cfg.eval.peers
+    assert cfg.bench.torch is False and cfg.bench.regime_repeats == 1  # a cached run in minutes
+    # the teacher: 1,000 steps at 64 tokens without dropout (docs/results.md#teacher)
+    teacher = teacher_preset("ems-small")
+    assert (teacher.train.max_steps, teacher.model.max_len, teacher.model.dropout) == (1000, 64, 0.0)
     assert cfg.distill_overrides()["train"]["max_steps"] == cfg.distill.max_steps
 
 
@@ -100,7 +105,7 @@ def test_effective_settings_round_trip_through_toml(tmp_path):
     (dict(sets=["export.formats=onnx"]), "is not FORMAT-QUANTIZATION"),
     (dict(sets=["bench.seq=16,0"]), "bench.seq must be a non-empty list"),
     (dict(sets=["eval.threads=-1"]), "eval.threads must be >= 0"),
-    (dict(sets=["bench.seq=16,33"]), "no signature for bench.seq"),
+    (dict(sets=["export.formats=tflite-dynamic", "bench.seq=16,33"]), "no signature for bench.seq"),
     (dict(config_file="missing.toml"), "config file not found"),
     (dict(sets=["data.train=/no/such/corpus"]), "data.train not found"),
     (dict(sets=["teacher.spec=train", "teacher.preset=ems-huge"]), "unknown teacher preset"),
@@ -479,7 +484,8 @@ def test_e5_profile_is_the_strong_teacher_path():
     assert train.lr == 1.5e-3 and load_config("default").student_preset().train.lr == 1e-3  # "A higher learning rate"
     # the 288k-piece table ships in 4 bits (docs/results.md, "288k pieces in a 4-bit table")
     assert [f"{f}-{q}" for f, q in cfg.export.formats] == ["onnx-dynamic", "onnx-text-dynamic-int4-embeddings"]
-    assert cfg.data.tests == ["general=auto", "docs=auto"]  # `tinyglot data general`'s two held-out tests
+    # `tinyglot data general`'s held-out tests, the Common Voice check among them when it was built with it
+    assert cfg.data.tests == ["general=auto", "docs=auto", "commonvoice=auto"]
     with pytest.raises(TinyglotError, match="unknown peer"):
         load_config("e5", sets=["eval.peers=labse"])
 
@@ -536,9 +542,10 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     check = tmp_path / "cv-check"
     (check / "fit").mkdir(parents=True)
     for lang, words in (("de", ("Hund", "Katze", "Haus", "Baum", "Stadt")), ("fr", ("chien", "chat", "maison"))):
-        lines = [f"{w} {i} {w2}." for i in range(6) for w in words for w2 in words[:2]]
+        lines = [f"{w} {i} {w2}." for i in range(60) for w in words for w2 in words[:2]]
+        # 2 x 260 fit sentences: more than USE-m's 512 dimensions, so that its map is determined
         (check / f"{lang}.txt").write_text("\n".join(lines[:20]) + "\n", encoding="utf-8")
-        (check / "fit" / f"{lang}.txt").write_text("\n".join(lines[20:40]) + "\n", encoding="utf-8")
+        (check / "fit" / f"{lang}.txt").write_text("\n".join(lines[20:280]) + "\n", encoding="utf-8")
     sets += [f"data.general={_general_corpus(tmp_path / 'general.jsonl.gz')}", "data.general_max_per_lang=5",
              f"data.tests=general={general_test},cv={check}"]
     # the profile's word lists (train.vocab_words; `tinyglot data general` writes them into OUT/words)
@@ -773,3 +780,41 @@ def test_general_auto_is_built_into_tinyglot_home_and_its_absence_says_how(tmp_p
     _general_corpus(tmp_path / "home" / "general" / "general-train.jsonl.gz")
     ctx, _ = _ctx(tmp_path / "again", cfg)
     assert any(p.monolingual for p in ctx.train_pairs())
+
+
+@pytest.mark.slow
+def test_a_run_in_a_new_folder_takes_the_student_from_the_home_and_an_edit_of_the_code_does_not(
+        tmp_path, tiny_teacher_dir, small_corpus, monkeypatch):
+    """The student a run trained is kept in $TINYGLOT_HOME/stage-cache: a run in another folder with the same
+    settings, data, teacher and code copies it (the same files, the same P@1) instead of training it; an
+    altered cached file, or other code, is never taken."""
+    from tinyglot import stagecache
+    from tinyglot.stagecache import STAGE_CACHE, HomeStageCache
+
+    from .conftest import clean_env
+
+    env = clean_env(TINYGLOT_HOME=str(tmp_path / "home"))
+    sets = ["--set", f"teacher.spec={tiny_teacher_dir}", "--set", f"data.train={small_corpus}",
+            "--set", "report.html=false", "--set", "export.formats=onnx-dynamic", "--set", "bench.regime_sentences=0"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    for out in (first, second):
+        proc = _run(out, env, *sets)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    log = " ".join((proc.stdout + proc.stderr).split())
+    assert "stage 2/6 distill: reused from" in log and "same settings, data, upstream stages and code" in log
+    markers = [json.loads((out / "stages" / "distill.json").read_text()) for out in (first, second)]
+    assert markers[0]["outputs"] == markers[1]["outputs"] and markers[1]["info"]["from_cache"]
+    assert not (second / "distill" / "last.pt").exists()  # copied, not trained
+    p1 = [json.loads((out / "eval" / "results.json").read_text()) for out in (first, second)]
+    student = [next(m for m in r["models"] if m["name"] == "student (PyTorch)") for r in p1]
+    assert student[0]["result"]["primary_metric"] == student[1]["result"]["primary_metric"]
+    cache = HomeStageCache(tmp_path / "home" / STAGE_CACHE)
+    input_hash = markers[1]["input_hash"]
+    entry = cache.folder("distill", input_hash)
+    assert cache.entry("distill", input_hash) is not None
+    monkeypatch.setattr(stagecache, "code_fingerprint", lambda: "other code")
+    assert cache.entry("distill", input_hash) is None and cache.restore("distill", input_hash, tmp_path / "x") is None
+    monkeypatch.undo()
+    name = next(n for n in markers[1]["outputs"] if n.endswith(".safetensors") or n.endswith(".bin"))
+    (entry / "files" / name).write_bytes(b"altered")
+    assert cache.entry("distill", input_hash) is None and not (tmp_path / "x").exists()

@@ -21,8 +21,10 @@ otherwise starts from an empty folder.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from collections.abc import Iterable
 
 from tinyglot.integrity import DigestCache, content_fingerprint
 from tinyglot.integrity import sha256_file as _sha256_file
-from tinyglot.io import atomic_write_json
+from tinyglot.io import atomic_folder, atomic_path, atomic_write_json, read_json_object
 import contextlib
 
 
@@ -180,3 +182,80 @@ def now() -> str:
 
 
 __all__ = ["Marker", "StageStore", "describe_files", "files_under", "hash_json", "outputs_intact", "sha256_file"]
+
+
+# ------------------------------------------------------------------ the home's cache of finished stages
+# A stage's result depends on its inputs (hashed as above) and on the code that made it: the cache keys
+# both, so a run in a new folder reuses a student trained before with the same settings, data and teacher,
+# and an upgraded (or edited) tinyglot trains it again.
+STAGE_CACHE = "stage-cache"
+STAGE_CACHE_MAX_BYTES = 64 * 2**20  # a result above this is not kept (the e5 profile's student is 0.3 GB)
+CODE_PACKAGES = ("tinyglot", "tinyglot.app", "tinyglot.teacher", "tinyglot.distill", "tinyglot.export",
+                 "tinyglot.devices")
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """sha256 over the names and contents of the installed tinyglot's Python files (every stage's code)."""
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for name in CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in sorted(spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(folder).rglob("*.py")):
+                digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+class HomeStageCache:
+    """Finished stages' files under ``root`` (``$TINYGLOT_HOME/stage-cache``), one folder per stage and key:
+    ``files/`` (the outputs, by their names in the run folder) and ``marker.json`` (their sizes and sha256)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def folder(self, stage: str, input_hash: str) -> Path:
+        return self.root / f"{stage}-{hash_json({'input': input_hash, 'code': code_fingerprint()})[:24]}"
+
+    def entry(self, stage: str, input_hash: str) -> dict[str, Any] | None:
+        """The entry's marker when every file it lists is intact, else None."""
+        folder = self.folder(stage, input_hash)
+        entry = read_json_object(folder / "marker.json")
+        if entry is None or not isinstance(entry.get("outputs"), dict) or outputs_intact(entry["outputs"],
+                                                                                          folder / "files"):
+            return None
+        return entry
+
+    def restore(self, stage: str, input_hash: str, run_root: str | Path) -> list[Path] | None:
+        """Copy the cached outputs of ``stage`` into ``run_root`` and return their paths; None (and nothing
+        copied) when there is no intact entry."""
+        folder, entry = self.folder(stage, input_hash), self.entry(stage, input_hash)
+        if entry is None:
+            return None
+        run_root = Path(run_root)
+        paths = []
+        for name in entry["outputs"]:
+            target = run_root / name
+            with atomic_path(target) as tmp:
+                shutil.copyfile(folder / "files" / name, tmp)
+            paths.append(target)
+        return paths
+
+    def store(self, stage: str, input_hash: str, marker: Marker, run_root: str | Path) -> Path | None:
+        """Keep ``marker``'s outputs (all inside ``run_root``, at most :data:`STAGE_CACHE_MAX_BYTES`); the
+        entry's folder, or None when they are not kept."""
+        outputs = marker.outputs
+        if (not outputs or any(Path(name).is_absolute() for name in outputs)
+                or sum(int(o.get("bytes", 0)) for o in outputs.values()) > STAGE_CACHE_MAX_BYTES):
+            return None
+        folder = self.folder(stage, input_hash)
+        with atomic_folder(folder) as tmp:
+            for name in outputs:
+                (tmp / "files" / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(run_root) / name, tmp / "files" / name)
+            if outputs_intact(outputs, tmp / "files"):  # changed while copied: keep nothing
+                raise OSError(f"the outputs of {stage} changed while they were copied into the cache")
+            (tmp / "marker.json").write_text(json.dumps({"stage": stage, "input_hash": input_hash,
+                                                         "outputs": outputs}, indent=1), encoding="utf-8")
+        return folder

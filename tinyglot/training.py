@@ -504,6 +504,7 @@ def process_cpu_seconds() -> float:
 # the warm-up: the first batch builds kernels and caches)
 PROBE_SECONDS = 5.0
 PROBE_ITEMS = 3  # and at least this many of its items
+REVISE_SHARE = 0.2  # an estimate off by more than this share is said again, from the pace since
 
 
 @dataclass
@@ -530,6 +531,7 @@ class Progress:
         self._bar = None
         self._probe: tuple[float, float] | None = None  # (time, work done) at the first update
         self._estimated = False
+        self._first_estimate: tuple[float, float, int, float] | None = None  # (time, work, step, expected)
         self._cost = 0.0
         self._first_step = 0
         self._plain = (self.enabled and os.environ.get("TINYGLOT_NO_PROGRESS") != "1"
@@ -553,6 +555,7 @@ class Progress:
         self._started = self._last = time.time()
         self._start_step = start
         self._probe, self._estimated, self._cost, self._first_step = None, False, 0.0, start
+        self._first_estimate = None
         if self._bar is None:
             yield self
             return
@@ -566,21 +569,41 @@ class Progress:
 
     def estimate(self, step: int, now: float) -> str | None:
         """The expected duration of the whole, once the probe is long enough (else None): the rate of the
-        work since the first update, applied to what is left, plus the time so far."""
+        work since the first update, applied to what is left, plus the time so far.  Once a tenth of the
+        rest is done, a second line revises it if the pace since differs by more than
+        :data:`REVISE_SHARE` (the first items often run slower: kernels, caches, memory still warming)."""
         done, total = self._work(step)
         if self._probe is None:
             self._probe = (now, done)
             return None
+        if self._estimated:
+            return self._revision(step, now)
         t0, d0 = self._probe
-        if (self._estimated or done <= d0 or now - t0 < PROBE_SECONDS or step - self._first_step < PROBE_ITEMS
-                or step >= self.total):
+        if done <= d0 or now - t0 < PROBE_SECONDS or step - self._first_step < PROBE_ITEMS or step >= self.total:
             return None
         self._estimated = True
         expected = now - self._started + (now - t0) / (done - d0) * (total - done)
-        rate = (now - t0) / max(1, step - self._first_step)
+        self._first_estimate = (now, done, step, expected)
+        return f"{self.description}: expected {self._timed(expected, now - t0, step - self._first_step)}"
+
+    def _timed(self, expected: float, seconds: float, items: int) -> str:
+        rate = seconds / max(1, items)
         per = f"{rate:.3g} s" if rate >= 0.01 else f"{1000 * rate:.3g} ms"
-        return (f"{self.description}: expected {format_duration(expected)} for {self.total:,} {self.unit} on "
-                f"this machine ({per} a {self.unit.removesuffix('s')} over the {step - self._first_step:,} timed)")
+        return (f"{format_duration(expected)} for {self.total:,} {self.unit} on this machine ({per} a "
+                f"{self.unit.removesuffix('s')} over the {items:,} timed)")
+
+    def _revision(self, step: int, now: float) -> str | None:
+        if self._first_estimate is None or step >= self.total:
+            return None
+        t1, d1, s1, first = self._first_estimate
+        done, total = self._work(step)
+        if done - d1 < (total - d1) / 10 or now <= t1:
+            return None
+        self._first_estimate = None  # revised at most once
+        expected = now - self._started + (now - t1) / (done - d1) * (total - done)
+        if abs(expected - first) <= REVISE_SHARE * first:
+            return None
+        return f"{self.description}: revised to {self._timed(expected, now - t1, step - s1)}"
 
     def update(self, step: int, info: str = "", cost: float | None = None) -> None:
         if cost is not None:

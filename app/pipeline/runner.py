@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tinyglot.io import atomic_write_text
-from tinyglot.stagecache import Marker, StageStore, hash_json
+from tinyglot.config import tinyglot_home
+from tinyglot.stagecache import STAGE_CACHE, HomeStageCache, Marker, StageStore, hash_json
 
 from .context import RunContext, Say
 from .display import RunDisplay, progress_enabled
@@ -15,6 +16,9 @@ from .settings import PipelineConfig, to_toml
 from .stages import STAGES, StageSpec, stage_inputs
 
 DEFAULT_OUT = Path("runs/pipeline")
+# stages whose results are kept in $TINYGLOT_HOME/stage-cache and reused by a run in another folder with the
+# same inputs and code, by the folder each one writes (a student trained once is not trained again)
+HOME_CACHED = {"distill": "distill"}
 
 
 @dataclass
@@ -79,6 +83,10 @@ def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
     if marker is not None:
         ctx.say(f"{label}: reused (done {marker.finished} in {marker.seconds:.1f} s; inputs and outputs unchanged)")
         ctx.ran[spec.name] = False
+    elif (marker := restore_from_home(ctx, spec, input_hash, inputs)) is not None:
+        ctx.say(f"{label}: reused from {marker.info['from_cache']} (made by an earlier run with the same "
+                f"settings, data, upstream stages and code)")
+        ctx.ran[spec.name] = False
     else:
         ctx.say(f"{label}: running ({why})")
         ctx.resume = ctx.store.start(spec.name, input_hash)
@@ -88,5 +96,27 @@ def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
         marker = ctx.store.finish(spec.name, input_hash, output.files, time.time() - t0, inputs, info)
         ctx.ran[spec.name] = True
         ctx.say(f"{label}: done in {marker.seconds:.1f} s")
+        if spec.name in HOME_CACHED:
+            HomeStageCache(tinyglot_home() / STAGE_CACHE).store(spec.name, input_hash, marker, ctx.out)
     ctx.markers[spec.name] = marker
     return marker
+
+
+def restore_from_home(ctx: RunContext, spec: StageSpec, input_hash: str, inputs: dict) -> Marker | None:
+    """The stage's marker after its outputs were copied from the home's stage cache into the run folder
+    (its old folder there replaced); None when the cache has no intact entry for these inputs."""
+    if spec.name not in HOME_CACHED:
+        return None
+    import shutil
+
+    cache = HomeStageCache(tinyglot_home() / STAGE_CACHE)
+    if cache.entry(spec.name, input_hash) is None:
+        return None
+    t0 = time.time()
+    ctx.store.start(spec.name, input_hash)
+    shutil.rmtree(ctx.out / HOME_CACHED[spec.name], ignore_errors=True)
+    files = cache.restore(spec.name, input_hash, ctx.out)
+    if files is None:
+        return None
+    info = {"from_cache": str(cache.folder(spec.name, input_hash))}
+    return ctx.store.finish(spec.name, input_hash, files, time.time() - t0, inputs, info)

@@ -437,9 +437,14 @@ def _check_ints(values: Sequence[int], name: str, limit: int) -> None:
 # A profile is a set of overrides of the defaults, in the same shape as a TOML file.
 PROFILES: dict[str, dict[str, Any]] = {
     # Dev evaluation on 100 pairs per language every 200 steps.
-    # USE-multilingual (the fast peer) evaluated and benchmarked beside teacher and student.
+    # The student as the two raw-string bundles a user ships (onnx-text for servers and desktops, the
+    # MediaPipe file for phones and the web) and as int8 ONNX beside the teacher's int8 ONNX (the report
+    # compares the two), evaluated and benchmarked beside USE-multilingual (the fast peer); the PyTorch
+    # student's P@1 is measured, its speed not, and each call regime once: a cached run in minutes on 2
+    # cores (docs/pipeline.md#times).
     "default": {"distill": {"overrides": {"train": {"eval_every": 200, "save_every": 100, "dev_pairs_per_lang": 100}}},
-                "eval": {"peers": ["use-m"]}},
+                "export": {"formats": ["onnx-dynamic", "onnx-text-dynamic", "tflite-mediapipe-dynamic"]},
+                "eval": {"peers": ["use-m"]}, "bench": {"torch": False, "regime_repeats": 1}},
     # Small enough for a test on 2 CPU cores: ems-tiny teacher trained into the run folder on 150
     # pairs per language, lealla-tiny student, few signatures, a few bench queries.
     "tiny": {

@@ -847,7 +847,7 @@ SOURCES: tuple[Source, ...] = (
 
 # Word-frequency lists for a new vocabulary's sample (train.vocab_words): wordfreq's "small" lists
 # (Wikipedia, subtitles, news, books, web text and more; about 40 languages). Its data is CC-BY-SA-4.0 (its
-# code Apache-2.0), so a model that is shipped (--permissive-only) is made without them.
+# code Apache-2.0), so a model that is shipped (--tier permissive) is made without them.
 WORDS_FOLDER = "words"
 WORDS_SOURCE = "wordfreq"  # the name --skip takes
 WORDLIST = "wordfreq==3.1.1"

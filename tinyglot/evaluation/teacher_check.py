@@ -121,6 +121,13 @@ def evaluate_teacher_retrieval(encoder: Encoder, check: MonoCheck, teacher_rows:
         if on_language is not None:
             on_language(lang)
     n_check = {lang: len(s) for lang, s in check.check.items()}
+    n_fit = sum(len(s) for s in check.fit.values())
+    if dim is not None and n_fit <= dim:
+        # fewer rows than unknowns: the map would only see a subspace, and not even the teacher scores 100
+        raise TinyglotError(f"check {testset_name!r} has {n_fit} fit sentences in all, too few to fit a linear map "
+                            f"from {name}'s {dim}-d embeddings",
+                            f"give its fit/ files more than {dim} sentences together (tinyglot data general "
+                            "--commonvoice writes 300 per language)")
     weights = fit_linear_map(np.vstack([model_rows[lang][n_check[lang]:] for lang in check.check]),
                              np.vstack([teacher_rows[lang][n_check[lang]:] for lang in check.check]))
     results = []
