@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,11 @@ def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
         ctx.ran[spec.name] = True
         ctx.say(f"{label}: done in {marker.seconds:.1f} s")
         if spec.name in HOME_CACHED:
-            HomeStageCache(tinyglot_home() / STAGE_CACHE).store(spec.name, input_hash, marker, ctx.out)
+            try:
+                HomeStageCache(tinyglot_home() / STAGE_CACHE).store(spec.name, input_hash, marker, ctx.out)
+            except OSError as exc:  # a full or read-only home: the run's own result stands
+                ctx.say(f"{label}: not kept in {tinyglot_home() / STAGE_CACHE} ({exc}); a run in another folder "
+                        "trains it again")
     ctx.markers[spec.name] = marker
     return marker
 
@@ -107,8 +112,6 @@ def restore_from_home(ctx: RunContext, spec: StageSpec, input_hash: str, inputs:
     (its old folder there replaced); None when the cache has no intact entry for these inputs."""
     if spec.name not in HOME_CACHED:
         return None
-    import shutil
-
     cache = HomeStageCache(tinyglot_home() / STAGE_CACHE)
     if cache.entry(spec.name, input_hash) is None:
         return None
