@@ -181,7 +181,6 @@ def now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-__all__ = ["Marker", "StageStore", "describe_files", "files_under", "hash_json", "outputs_intact", "sha256_file"]
 
 
 # ------------------------------------------------------------------ the home's cache of finished stages
@@ -259,3 +258,7 @@ class HomeStageCache:
             (tmp / "marker.json").write_text(json.dumps({"stage": stage, "input_hash": input_hash,
                                                          "outputs": outputs}, indent=1), encoding="utf-8")
         return folder
+
+
+__all__ = ["STAGE_CACHE", "HomeStageCache", "Marker", "StageStore", "code_fingerprint", "describe_files",
+           "files_under", "hash_json", "outputs_intact", "sha256_file"]

@@ -98,13 +98,17 @@ def run_stage(ctx: RunContext, spec: StageSpec, index: int) -> Marker:
         ctx.ran[spec.name] = True
         ctx.say(f"{label}: done in {marker.seconds:.1f} s")
         if spec.name in HOME_CACHED:
+            cache = home_cache()
             try:
-                HomeStageCache(tinyglot_home() / STAGE_CACHE).store(spec.name, input_hash, marker, ctx.out)
+                cache.store(spec.name, input_hash, marker, ctx.out)
             except OSError as exc:  # a full or read-only home: the run's own result stands
-                ctx.say(f"{label}: not kept in {tinyglot_home() / STAGE_CACHE} ({exc}); a run in another folder "
-                        "trains it again")
+                ctx.say(f"{label}: not kept in {cache.root} ({exc}); a run in another folder trains it again")
     ctx.markers[spec.name] = marker
     return marker
+
+
+def home_cache() -> HomeStageCache:
+    return HomeStageCache(tinyglot_home() / STAGE_CACHE)
 
 
 def restore_from_home(ctx: RunContext, spec: StageSpec, input_hash: str, inputs: dict) -> Marker | None:
@@ -112,7 +116,7 @@ def restore_from_home(ctx: RunContext, spec: StageSpec, input_hash: str, inputs:
     (its old folder there replaced); None when the cache has no intact entry for these inputs."""
     if spec.name not in HOME_CACHED:
         return None
-    cache = HomeStageCache(tinyglot_home() / STAGE_CACHE)
+    cache = home_cache()
     if cache.entry(spec.name, input_hash) is None:
         return None
     t0 = time.time()

@@ -98,6 +98,16 @@ def apply_map(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return l2_normalize((rows.astype(np.float64) @ weights[:-1] + weights[-1]).astype(np.float32))
 
 
+def _require_determined(n_fit: int, dim: int, name: str, testset_name: str) -> None:
+    """A clear error when the fit sentences are too few for a map from ``dim``-d rows: with fewer rows than
+    unknowns the map sees only a subspace, and not even the teacher would score 100."""
+    if n_fit <= dim:
+        raise TinyglotError(f"check {testset_name!r} has {n_fit} fit sentences in all, too few to fit a linear map "
+                            f"from {name}'s {dim}-d embeddings",
+                            f"give its fit/ files more than {dim} sentences together (tinyglot data general "
+                            "--commonvoice writes 300 per language)")
+
+
 def evaluate_teacher_retrieval(encoder: Encoder, check: MonoCheck, teacher_rows: Mapping[str, np.ndarray], *,
                                batch_size: int = 64, model_name: str = "", testset_name: str = "",
                                on_language: Callable[[str], None] | None = None) -> BitextResult:
@@ -110,8 +120,11 @@ def evaluate_teacher_retrieval(encoder: Encoder, check: MonoCheck, teacher_rows:
     started = time.perf_counter()
     model_rows: dict[str, np.ndarray] = {}
     dim: int | None = None
+    n_fit = sum(len(s) for s in check.fit.values())
     for lang in check.check:
         rows = encode_checked(encoder, [*check.check[lang], *check.fit[lang]], batch_size, name, dim)
+        if dim is None:  # the first language gives the dimension: refuse before encoding the others
+            _require_determined(n_fit, rows.shape[1], name, testset_name)
         dim = rows.shape[1]
         expected = len(check.check[lang]) + len(check.fit[lang])
         if teacher_rows[lang].shape[0] != expected:
@@ -121,13 +134,6 @@ def evaluate_teacher_retrieval(encoder: Encoder, check: MonoCheck, teacher_rows:
         if on_language is not None:
             on_language(lang)
     n_check = {lang: len(s) for lang, s in check.check.items()}
-    n_fit = sum(len(s) for s in check.fit.values())
-    if dim is not None and n_fit <= dim:
-        # fewer rows than unknowns: the map would only see a subspace, and not even the teacher scores 100
-        raise TinyglotError(f"check {testset_name!r} has {n_fit} fit sentences in all, too few to fit a linear map "
-                            f"from {name}'s {dim}-d embeddings",
-                            f"give its fit/ files more than {dim} sentences together (tinyglot data general "
-                            "--commonvoice writes 300 per language)")
     weights = fit_linear_map(np.vstack([model_rows[lang][n_check[lang]:] for lang in check.check]),
                              np.vstack([teacher_rows[lang][n_check[lang]:] for lang in check.check]))
     results = []
