@@ -683,8 +683,11 @@ def _student_info(student: Path) -> dict[str, Any]:
     params = cfg.get("parameters", {})
     if isinstance(params, dict) and params.get("total"):
         shape_text += f"; {params['total']:,} parameters"
+    # the settings it was trained with, as the student recorded them: release/make.sh's recipe is checked against them
+    settings = {k: cfg[k] for k in ("student", "loss", "train") if isinstance(cfg.get(k), dict)}
     return {"kind": cfg.get("kind"), "preset": cfg.get("preset"), "teacher": cfg.get("teacher"),
-            "steps": cfg.get("trained_steps"), "shape": shape_text or None, "best_dev_p1": cfg.get("best_dev_p1")}
+            "steps": cfg.get("trained_steps"), "shape": shape_text or None, "best_dev_p1": cfg.get("best_dev_p1"),
+            "settings": settings or None}
 
 
 def _teacher_licence(card: dict, teacher: str) -> dict[str, Any]:
@@ -875,6 +878,7 @@ def _build(student: Path, name: str, stage: Path, formats: list[str], card: dict
             "preset": training.get("preset") or info["preset"],
             "steps": training["steps"] if training.get("steps") is not None else info["steps"],
             "student_shape": info["shape"],
+            "settings": info["settings"],
             "data": training.get("data") or (", ".join(sorted({a["src"] for a in attributions})) or None),
             "training_command": training.get("command"),
             "training_time": training.get("time"),

@@ -156,8 +156,11 @@ def test_every_shipped_model_matches_its_manifest(name, monkeypatch):
 @pytest.mark.parametrize("name", SHIPPED or [pytest.param("none", marks=pytest.mark.skip(
     reason="no model is released yet (tinyglot/released/ holds none)"))])
 def test_every_shipped_model_has_its_recipe_in_the_repository(name):
-    """release/make.sh NAME makes it again from a fresh clone: a case for it, its card data, the same bundles."""
+    """release/make.sh NAME makes it again from a fresh clone: a case for it, its card data, the same bundles,
+    and the settings the student recorded it was trained with."""
+    from tinyglot.app.pipeline import load_config
     from tinyglot.app.release import read_card_data
+    from tinyglot.config import to_dict
 
     repo = Path(__file__).resolve().parents[1]
     script = (repo / "release" / "make.sh").read_text(encoding="utf-8")
@@ -165,29 +168,29 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     case = script.split(f"\n    {name})", 1)
     assert len(case) == 2, f"release/make.sh has no recipe for {name}"
     recipe = case[1].split(";;", 1)[0]
-    # the e5 profile as make.sh runs it for this model: the shipped students were trained with dropout 0.1
-    # and a vocabulary from 200,000 sentences drawn uniformly, which the e5 profile no longer uses
-    from tinyglot.app.pipeline import load_config
+    # the e5 profile as make.sh runs it for this model (the settings with a path in them left out)
     command = script.split("tinyglot run --profile e5", 1)[1].split("\n\n", 1)[0]
     sets = [a.rstrip(");") for a in re.findall(r"--set\s+(\S+)", recipe + command) if "$" not in a]
     made_cfg = load_config("e5", sets=sets)
     made = made_cfg.student_preset()
-    assert made.student.dropout == 0.1
-    assert made_cfg.data.general_counts is False  # their languages were chosen by the corpus alone
-    assert made.loss.beta == 10.0  # the fast presets' weight of L_fd (the e5 profile's is 50 since 2026-11-30)
-    assert made.train.cpu_bf16 == "off"  # they were trained in fp32 (the profile may take bf16 since 2026-11-30)
-    assert made.train.vocab_sentences == 200_000 and made.train.vocab_general_share == 0
-    assert made.train.vocab_words == ""  # the profile's word lists are CC-BY-SA: not in a shipped student
-    formats = recipe.split("formats=", 1)[1].split()[0].rstrip(";")
-    quantize = recipe.split("quantize=", 1)[1].split()[0].rstrip(";") if "quantize=" in recipe else "dynamic"
+    assert made.train.vocab_words == ""  # the profile's word lists are CC-BY-SA: not in a permissive student
     manifest = json.loads((PACKAGE_ROOT / name / MANIFEST).read_text(encoding="utf-8"))
+    recorded = manifest["made"].get("settings")
+    assert recorded, f"{name}'s release.json does not record the settings it was trained with"
+    # everything the student was trained with, as make.sh gives it today
+    assert recorded["train"] == to_dict(made.train) and recorded["loss"] == to_dict(made.loss)
+    assert recorded["student"] == {**to_dict(made.student), "vocab_size": made_cfg.distill.vocab_size}
+    formats = recipe.split("formats=", 1)[1].split(";")[0]
     assert set(formats.split(",")) == set(manifest["formats"])
-    assert manifest["made"]["quantization"] == quantize
+    assert manifest["made"]["quantization"] == "dynamic-int4-embeddings"
+    max_mb = float(recipe.split("max_mb=", 1)[1].split()[0].rstrip(";"))
+    assert manifest["bytes"] <= max_mb * 1e6, f"{name} takes {manifest['bytes'] / 1e6:.1f} MB, its recipe {max_mb}"
     card, _ = read_card_data(repo / "release" / f"{name}.json")
     assert card["training"]["command"].startswith(f"release/make.sh {name}")
-    command = manifest["made"]["release_command"].removesuffix(f" --quantize {quantize}")
-    assert command.endswith(f"--card-data release/{name}.json --formats {formats}") or (
-        formats == "onnx-text,tflite-mediapipe" and command.endswith(f"--card-data release/{name}.json"))
+    words = card["training"]["command"].replace(";", " ").split()
+    missing = [a for a in sets if not any(w == "--set" and v == a for w, v in zip(words, words[1:]))]
+    assert not missing, f"release/{name}.json's training command lacks {missing}"
+    assert f" --card-data release/{name}.json" in manifest["made"]["release_command"]
 
 
 # ====================================================================== the release, end to end
@@ -259,6 +262,10 @@ def test_release_end_to_end(trained_student, small_corpus, small_pairs, tmp_path
     assert sum(a["rows"] for a in data.values()) == len(small_pairs)
     assert data["libreoffice-help"]["license"] == "MPL-2.0"
     assert manifest["made"]["steps"] == 20 and manifest["made"]["teacher"] == "e5-small"
+    # the settings the student recorded it was trained with, which release/make.sh's recipes are checked against
+    made = manifest["made"]["settings"]
+    assert made["train"]["max_steps"] == 60 and made["train"]["eval_every"] == 60 and made["loss"]["beta"] > 0
+    assert made["student"]["hidden_size"] == 32
     assert manifest["made"]["release_command"].startswith("tinyglot release --model ")
 
     # the card: how it was made, P@1 against the teacher and USE-m, speed, use from Python, Android, the browser
@@ -448,6 +455,16 @@ def test_release_and_models_commands_refuse_and_list(student_dir, tmp_path, caps
     assert "no released models" in capsys.readouterr().out
     assert main(["models", "--root", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+    # the command a manifest records names every option that changes the release, defaults left out
+    from tinyglot.app.cli import build_parser
+    from tinyglot.app.commands.release import _command
+
+    given = ["release", "--model", "runs/x/distill/student", "--name", "x", "--card-data", "release/x.json"]
+    assert _command(build_parser().parse_args(given)) == " ".join(["tinyglot", *given])
+    options = ["--formats", "onnx-text", "--quantize", "dynamic-int4-embeddings", "--tier", "share-alike",
+               "--max-mb", "25"]
+    shuffled = [*options[6:], *options[2:6], *options[:2]]  # the order given does not matter
+    assert _command(build_parser().parse_args(given + shuffled)) == " ".join(["tinyglot", *given, *options])
 
 
 def test_names_resolve_only_to_released_models(tmp_path, monkeypatch):

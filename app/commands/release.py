@@ -15,6 +15,9 @@ from tinyglot.console import make_console
 
 def _command(args: argparse.Namespace) -> str:
     """The command line as the manifest records it (the options given, in a fixed order)."""
+    from tinyglot.data.pairs import TIERS
+    from tinyglot.released import MAX_RELEASE_BYTES
+
     parts = ["tinyglot", "release", "--model", str(args.model), "--name", args.name]
     if args.card_data is not None:
         parts += ["--card-data", str(args.card_data)]
@@ -28,6 +31,10 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--max-sentences", str(args.max_sentences)]
     if args.quantize != "dynamic":
         parts += ["--quantize", args.quantize]
+    if args.tier != TIERS[0]:
+        parts += ["--tier", args.tier]
+    if args.max_mb != MAX_RELEASE_BYTES / 1e6:
+        parts += ["--max-mb", f"{args.max_mb:g}"]
     return shlex.join(parts)
 
 
