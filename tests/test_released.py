@@ -11,6 +11,7 @@ are covered as soon as their folder is added).
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 import shutil
@@ -188,7 +189,7 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     card, _ = read_card_data(repo / "release" / f"{name}.json")
     assert card["training"]["command"].startswith(f"release/make.sh {name}")
     words = card["training"]["command"].replace(";", " ").split()
-    missing = [a for a in sets if not any(w == "--set" and v == a for w, v in zip(words, words[1:]))]
+    missing = [a for a in sets if not any(w == "--set" and v == a for w, v in itertools.pairwise(words))]
     assert not missing, f"release/{name}.json's training command lacks {missing}"
     assert f" --card-data release/{name}.json" in manifest["made"]["release_command"]
 
