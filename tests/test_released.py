@@ -181,10 +181,16 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     # everything the student was trained with, as make.sh gives it today
     assert recorded["train"] == to_dict(made.train) and recorded["loss"] == to_dict(made.loss)
     assert recorded["student"] == {**to_dict(made.student), "vocab_size": made_cfg.distill.vocab_size}
-    formats = recipe.split("formats=", 1)[1].split(";")[0]
+    def given(pattern: str, text: str) -> str:
+        found = re.search(pattern, text)
+        assert found, f"release/make.sh gives no {pattern!r} for {name}"
+        return found.group(1)
+
+    formats = given(r"formats=([^;\s]+)", recipe)
     assert set(formats.split(",")) == set(manifest["formats"])
-    assert manifest["made"]["quantization"] == "dynamic-int4-embeddings"
-    max_mb = float(recipe.split("max_mb=", 1)[1].split()[0].rstrip(";"))
+    release_line = script.split("\ntinyglot release ", 1)[1]
+    assert manifest["made"]["quantization"] == given(r"--quantize (\S+)", release_line)
+    max_mb = float(given(r"max_mb=([^;\s]+)", recipe))
     assert manifest["bytes"] <= max_mb * 1e6, f"{name} takes {manifest['bytes'] / 1e6:.1f} MB, its recipe {max_mb}"
     card, _ = read_card_data(repo / "release" / f"{name}.json")
     assert card["training"]["command"].startswith(f"release/make.sh {name}")
