@@ -20,7 +20,7 @@ case $name in
     tinyglot-mini) student=(--set distill.student=fast-mini --set distill.vocab_size=36000
                    --set distill.max_steps=16000 --set distill.overrides.train.vocab_char_share=0)
                    formats=onnx-text,tflite-mediapipe; max_mb=10 ;;
-    # tinyglot-small's shape and speed with 160k pieces: the most that keep onnx-text within USE-m's 33 MB
+    # tinyglot-small's shape (its compute per sentence) with 160k pieces: the most that keep onnx-text within USE-m's 33 MB
     # (a MediaPipe file of this table would take as much again)
     tinyglot-base) student=(--set distill.vocab_size=160000); formats=onnx-text; max_mb=33 ;;
     *) echo "release/make.sh: no recipe for $name (tinyglot-small, tinyglot-mini, tinyglot-base)" >&2; exit 2 ;;

@@ -20,7 +20,9 @@ from tinyglot.encoders.e5_onnx import (  # noqa: E402
 from tinyglot.encoders.peers import load_peer  # noqa: E402
 from tinyglot.errors import TinyglotError  # noqa: E402
 
-TEST_SETS = Path(__file__).resolve().parents[2] / "shared" / "data" / "test"
+from .conftest import SHARED_DATA  # noqa: E402
+
+TEST_SETS = SHARED_DATA / "test"
 EDGE = ["", "   ", "\t\n", "Ünïcödé àccents: façade, naïve, Øresund, Straße, ẞ", "日本語の文です。",
         "中文句子，很好。", "한국어 문장입니다.", "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ ｶﾀｶﾅ ﬁ ① ™",
         "  several   spaces\tand\ttabs  ", "trailing space ", "العربية ﷺ نص", "emoji 😀🙈 ok",
