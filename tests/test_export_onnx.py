@@ -203,15 +203,21 @@ class _NoNorm(torch.nn.Module):
 
 def test_broken_export_is_caught_by_the_parity_gate(student_dir, tmp_path):
     out = tmp_path / "broken"
-    with pytest.raises(TinyglotError, match="parity check failed.*mean cosine"):
+    with pytest.raises(TinyglotError, match="parity check failed.*mean cosine") as failed:
         export_onnx(student_dir, out, "none", max_sentences=10, module_factory=_FirstToken)
     assert (out / "parity.json").exists() and not (out / "config.json").exists()
     assert not json.loads((out / "parity.json").read_text())["passed"]
+    assert f"inspect {out / 'parity.json'};" in str(failed.value)  # where it is kept, not its staging folder
     # without normalisation in the graph: caught too; --no-parity-gate keeps the bundle
     result = export_onnx(student_dir, tmp_path / "nonorm", "none", max_sentences=10, module_factory=_NoNorm,
                          parity_gate=False)
     assert not result.parity.passed and any("normalised" in f for f in result.parity.failures)
     assert (tmp_path / "nonorm" / "config.json").exists()
+    # a failure over a finished bundle replaces nothing, and says so
+    before = (tmp_path / "nonorm" / "config.json").read_bytes()
+    with pytest.raises(TinyglotError, match=f"{tmp_path / 'nonorm'} keeps its earlier bundle"):
+        export_onnx(student_dir, tmp_path / "nonorm", "none", max_sentences=10, module_factory=_FirstToken)
+    assert (tmp_path / "nonorm" / "config.json").read_bytes() == before
 
 
 def test_check_parity_directly(student_dir, tmp_path, tokenizer):
