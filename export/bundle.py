@@ -137,20 +137,14 @@ def parity_summary(report, gated: bool) -> dict:
     return {"passed": report.passed, "mean_cosine": report.mean_cosine, "p1_drop": report.p1_drop, "gated": gated}
 
 
-def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool, final: str | Path | None = None) -> None:
-    """Write config.json (which makes the bundle loadable) only if parity passed or is not gated.
+def finalize_bundle(out: str | Path, cfg: dict, report, parity_gate: bool, failed: str) -> None:
+    """Write config.json (which makes the bundle loadable) only if parity passed or is not gated; else
+    raise, ``failed`` saying where the failed bundle is (:func:`export_bundle` decides).
 
-    ``final``: where the bundle built in ``out`` (a staging folder) goes, which a failure's message names:
-    :func:`export_bundle` keeps a failed bundle there for inspection unless it holds a finished one.
     ``cfg["sha256"]`` records the digest of every file the bundle's loader reads (model files and
     tokenizer); :func:`read_bundle` checks them, so a swapped or damaged file is refused."""
-    out = Path(out)
-    final = Path(final or out)
     if parity_gate and not report.passed:
-        kept = (f"{final} keeps its earlier bundle and the failed one was not kept"
-                if final != out and (final / CONFIG).exists()
-                else f"inspect {final / PARITY}; the bundle was not finalised (no config.json)")
-        report.raise_if_failed(f"{kept}. Pass --no-parity-gate to keep it anyway")
+        report.raise_if_failed(f"{failed}. Pass --no-parity-gate to keep it anyway")
     seal_bundle_config(out, cfg)
 
 
@@ -397,12 +391,15 @@ def export_bundle(converter: Converter, model: str | Path, out: str | Path, *, s
     claim_bundle_out(out)
     remove_dead_staging(out)  # what a killed export into ``out`` left beside it (its record says so)
     stage = staging_folder(out)
+    keep_failed = not (out / CONFIG).exists()  # a bundle that fails its gates is kept where out holds none
+    failed = (f"inspect {out / PARITY}; the bundle was not finalised (no config.json)" if keep_failed
+              else f"{out} keeps its earlier bundle and the failed one was not kept")
     try:
-        result = _build_bundle(converter, source, stage, out, testset, max_sentences, gates, parity_gate,
-                               extra_config, say)
+        result = _build_bundle(converter, source, stage, testset, max_sentences, gates, parity_gate, extra_config,
+                               failed, say)
     except TinyglotError:
-        if (stage / PARITY).exists() and not (stage / CONFIG).exists() and not (out / CONFIG).exists():
-            replace_folder(stage, out, BUNDLE_KIND)  # the failed bundle, for inspection: out held none
+        if keep_failed and (stage / PARITY).exists() and not (stage / CONFIG).exists():
+            replace_folder(stage, out, BUNDLE_KIND)  # the failed bundle, for inspection
         else:
             shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -413,10 +410,10 @@ def export_bundle(converter: Converter, model: str | Path, out: str | Path, *, s
     return ExportResult(out, result.config, result.parity, converter.sizes(out), result.source_bytes, result.graph)
 
 
-def _build_bundle(converter: Converter, source: Source, out: Path, final: Path, testset: Any, max_sentences: int,
-                  gates: Any, parity_gate: bool, extra_config: dict | None,
+def _build_bundle(converter: Converter, source: Source, out: Path, testset: Any, max_sentences: int, gates: Any,
+                  parity_gate: bool, extra_config: dict | None, failed: str,
                   say: Callable[[str], None]) -> ExportResult:
-    """The bundle, complete, in the (staging) folder ``out``, bound for ``final``."""
+    """The bundle, complete, in the (staging) folder ``out``; ``failed``: :func:`finalize_bundle`'s."""
     from .parity import check_parity
 
     with tempfile.TemporaryDirectory(prefix=".export-", dir=out) as tmp:
@@ -444,7 +441,7 @@ def _build_bundle(converter: Converter, source: Source, out: Path, final: Path, 
                         extra={**converter.extra(stats, exported, source),
                                "parity": parity_summary(report, parity_gate), **(extra_config or {})})
     converter.finish(out, cfg, report)
-    finalize_bundle(out, cfg, report, parity_gate, final)
+    finalize_bundle(out, cfg, report, parity_gate, failed)
     return ExportResult(out, cfg, report, {}, source_size(source.path, source.config), stats)
 
 
