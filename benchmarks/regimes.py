@@ -33,6 +33,7 @@ import os
 import sys
 from pathlib import Path
 
+from tinyglot.devices.isa import ISAS, NATIVE
 from tinyglot.devices.regimes import BASELINE, PROSE_MIN_WORDS, default_set_specs, load_set, regimes_table, \
     run_regimes, sets_line, tokens_table
 
@@ -55,17 +56,20 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", default=BASELINE, help="the model the ratios are taken against")
     p.add_argument("--padding-budget", type=float, default=None,
                    help="override tinyglot.encoder.PADDING_BUDGET (inf: no length bucketing within a call)")
+    p.add_argument("--isa", choices=sorted(ISAS), default=NATIVE,
+                   help="avx2: the models' processes see an AVX2-only CPU (AVX-512 and VNNI hidden from CPUID; "
+                        "Linux x86-64 with cpuid_fault), so they run the kernels such a CPU gets")
     p.add_argument("--json", type=Path, default=None, help="write all figures here")
     args = p.parse_args(argv)
     specs = args.test or default_set_specs(min_words=args.min_words)
     sets = [load_set(spec, args.max_sentences, args.seed) for spec in specs]
     rows = run_regimes(args.models, sets, args.threads, args.repeats, padding_budget=args.padding_budget,
-                       rounds=args.rounds, say=lambda msg: print(msg, file=sys.stderr, flush=True))
+                       rounds=args.rounds, isa=args.isa, say=lambda msg: print(msg, file=sys.stderr, flush=True))
     from tinyglot.devices.profiles import detect_host
 
     budget = next((r["padding_budget"] for r in rows if "padding_budget" in r), None)
     print(f"{detect_host()['cpu_model']}, {os.cpu_count()} cores, {args.threads} thread(s), fastest of "
-          f"{args.repeats} passes x {args.rounds} round(s); padding budget {budget}")
+          f"{args.repeats} passes x {args.rounds} round(s); padding budget {budget}; ISA: {ISAS[args.isa]}")
     print(sets_line(sets) + "\n")
     print(regimes_table(rows, sets, args.baseline))
     print()

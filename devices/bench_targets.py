@@ -23,7 +23,8 @@ from tinyglot.errors import TinyglotError
 
 from .bench_inputs import BenchModel
 from .bench_output import benchmark_model_result, parse_benchmark_model
-from .profiles import DeviceProfile, describe_cpu, detect_host
+from .isa import NATIVE, isa_env, shown_flags
+from .profiles import DeviceProfile, describe_cpu, detect_host, preferred_int8_preset
 from .runner import PARENT_ENV, input_roles
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
@@ -47,6 +48,12 @@ class LocalTarget:
     def __init__(self, profile: DeviceProfile, python: str | None = None) -> None:
         self.profile = profile
         self.python = python or sys.executable
+        self._isa_env: dict[str, str] | None = None  # the profile's isa: built and checked on first use
+
+    def isa_env(self) -> dict[str, str]:
+        if self._isa_env is None:
+            self._isa_env = isa_env(self.profile.isa)
+        return self._isa_env
 
     def host_info(self) -> dict:
         info = detect_host()
@@ -58,6 +65,10 @@ class LocalTarget:
             pass
         if self.profile.cpus:
             info["pinned_cpus"] = list(self.profile.cpus)
+        if self.profile.isa != NATIVE:  # what the runner sees, and the int8 preset for that CPU
+            info["cpuid_mask"] = self.profile.isa
+            info["isa"] = shown_flags(self.profile.isa, info["isa"])
+            info["int8_preset"] = preferred_int8_preset(info["isa"], info.get("machine"))
         return info
 
     def prepare(self, model: BenchModel, inputs: Path) -> dict:
@@ -70,13 +81,19 @@ class LocalTarget:
         flags = ["-P"] if self.python == sys.executable and sys.version_info >= (3, 11) else []
         try:
             proc = subprocess.run([self.python, *flags, str(RUNNER), fh.name], capture_output=True, text=True,
-                                  timeout=timeout, env={**os.environ, PARENT_ENV: str(os.getpid())})
+                                  timeout=timeout,
+                                  env={**os.environ, **self.isa_env(), PARENT_ENV: str(os.getpid())})
         except subprocess.TimeoutExpired:
             raise TinyglotError(f"the runner took more than {timeout:.0f} s",
                                 "lower --min-seconds/--min-queries") from None
         finally:
             os.unlink(fh.name)
-        return _parse_runner_output(proc.stdout, proc.stderr, "the runner")
+        result = _parse_runner_output(proc.stdout, proc.stderr, "the runner")
+        if result.get("isa", NATIVE) != self.profile.isa:
+            raise TinyglotError(f"the runner saw the ISA {result.get('isa', NATIVE)}, not the profile's "
+                                f"{self.profile.isa}",
+                                "the runner's python must honour LD_PRELOAD (not a static or setuid one)")
+        return result
 
 
 class SshTarget:

@@ -10,10 +10,11 @@ A profile is a small TOML file (shipped ones live in ``devices/profiles/``)::
     int8_preset = "arm64"             # the dynamic-int8 export preset for this CPU
     runtimes = ["onnx", "tflite"]
     cpus = [0]                        # local only: pin the runner process to these cores
+    isa = "avx2"                      # local only: hide AVX-512 and VNNI from the runner (devices/isa.py)
     benchmark_model = "/data/local/tmp/benchmark_model"   # adb: TFLite's benchmark tool on the phone
     extra_args = ["--use_xnnpack=true"]                  # adb: more benchmark_model flags
 
-:func:`load_profile` takes a shipped name (``host``, ``host-1thread``, ``raspberry-pi-4``,
+:func:`load_profile` takes a shipped name (``host``, ``host-1thread``, ``host-avx2``, ``raspberry-pi-4``,
 ``raspberry-pi-5``, ``pixel-8``, ``android-generic``), a path to a ``.toml`` file,
 ``ssh://user@host[:port]`` or ``adb[://SERIAL]``.  :func:`detect_host` describes this machine
 (CPU model, cores, ISA flags, memory, OS) for the results database, and
@@ -54,6 +55,7 @@ class DeviceProfile:
     arch: str = ""
     int8_preset: str = ""
     cpus: list[int] = field(default_factory=list)
+    isa: str = "native"  # local only: "avx2" hides AVX-512 and VNNI from the runner (tinyglot.devices.isa)
     # ssh
     host: str = ""
     port: int = 22
@@ -78,6 +80,12 @@ class DeviceProfile:
         if bad:
             raise TinyglotError(f"device profile {self.name!r}: unknown runtime(s) {bad}",
                                 f"use some of: {', '.join(RUNTIMES)}")
+        from tinyglot.devices.isa import NATIVE, check_isa
+
+        check_isa(self.isa)
+        if self.isa != NATIVE and self.kind != "local":
+            raise TinyglotError(f"device profile {self.name!r}: isa = {self.isa!r} applies to local profiles only",
+                                "measure a remote device with its own instruction sets (leave isa out)")
         if not self.threads or any(int(t) < 1 for t in self.threads):
             raise TinyglotError(f"device profile {self.name!r}: threads must be a list of counts >= 1")
         return self

@@ -33,13 +33,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tinyglot.devices.isa import NATIVE, isa_env, masked_isa
 from tinyglot.errors import TinyglotError
 
 REGIMES = ("single", "arrival-32", "bulk")
@@ -300,16 +301,22 @@ def measure_target(spec: str, sets: Sequence[SentenceSet], threads: int = 1, rep
 
 def run_regimes(targets: Sequence[str | Path], sets: Sequence[SentenceSet], threads: int = 1, repeats: int = 3,
                 batch: int = ARRIVAL_BATCH, say: Callable[[str], None] = lambda msg: None,
-                timeout: float = 3600, padding_budget: float | None = None, rounds: int = 1) -> list[dict]:
+                timeout: float = 3600, padding_budget: float | None = None, rounds: int = 1,
+                isa: str = NATIVE) -> list[dict]:
     """:func:`measure_target` of each target in its own process (``python -m tinyglot.devices.regimes``),
     at ``threads`` threads (``OMP_NUM_THREADS`` too); a target that fails gives ``{"spec", "error"}``.
     ``padding_budget`` overrides :data:`tinyglot.encoder.PADDING_BUDGET` there (``inf``: no length
     bucketing within a call, to compare with).  ``rounds`` > 1 measures every target again that many
     times, one target after the other, and keeps each figure's best round: on a shared machine the
-    models then meet the same spells of contention."""
+    models then meet the same spells of contention.  ``isa`` other than ``native`` runs them where the CPU
+    shows only that instruction set (:func:`tinyglot.devices.isa.isa_env`: ``avx2``, an AVX2-only CPU's
+    kernels); every row records the ``isa`` its process saw."""
+    env = isa_env(isa)
     best: dict[str, dict] = {}
     for _ in range(max(1, rounds)):
-        for row in _run_round(targets, sets, threads, repeats, batch, say, timeout, padding_budget):
+        for row in _run_round(targets, sets, threads, repeats, batch, say, timeout, padding_budget, env):
+            if "error" not in row and row.get("isa") != isa:  # a runtime that loaded unmasked: not this ISA
+                row = {"spec": row["spec"], "error": f"its process saw the ISA {row.get('isa')}, not {isa}"}
             best[row["spec"]] = _better(best.get(row["spec"]), row)
     return [best[str(t)] for t in targets]
 
@@ -328,12 +335,13 @@ def _better(old: dict | None, new: dict) -> dict:
 
 
 def _run_round(targets: Sequence[str | Path], sets: Sequence[SentenceSet], threads: int, repeats: int, batch: int,
-               say: Callable[[str], None], timeout: float, padding_budget: float | None) -> list[dict]:
+               say: Callable[[str], None], timeout: float, padding_budget: float | None,
+               extra_env: Mapping[str, str]) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="tinyglot-regimes-") as tmp:
         sets_file = Path(tmp) / "sets.json"
         sets_file.write_text(json.dumps([asdict(s) for s in sets]), encoding="utf-8")
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TINYGLOT_NO_PROGRESS": "1"}
+        env = {**os.environ, **extra_env, "OMP_NUM_THREADS": str(threads), "TINYGLOT_NO_PROGRESS": "1"}
         for target in targets:
             spec = str(target)
             say(f"regimes: {spec}")
@@ -465,6 +473,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     sets = [SentenceSet(**s) for s in json.loads(args.sets.read_text(encoding="utf-8"))]
     row = measure_target(args.one, sets, args.threads, args.repeats, args.batch)
     row["padding_budget"] = tinyglot_padding_budget()
+    row["isa"] = masked_isa()
     print(RESULT_TAG + json.dumps(row), flush=True)
     return 0
 

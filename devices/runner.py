@@ -525,6 +525,7 @@ def measure(settings: dict) -> dict:
         "output_shape": out_shape, "real_token_fraction": real_tokens, "input_rows": n_rows,
         "tokenisation": "included" if takes_text else "excluded (token ids fed)",
         "pinned_cpus": pinned, "pid": os.getpid(), "machine": platform.machine(),
+        "isa": os.environ.get("TINYGLOT_CPUID_MASKED") or "native",  # set by devices/cpuid_mask.c
         "python": sys.version.split()[0], "numpy": np.__version__,
         "info": getattr(rt, "info", {}),
     }
