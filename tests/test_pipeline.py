@@ -377,6 +377,7 @@ def test_report_sections_are_filled_from_real_numbers(tiny_run):
     # call regimes: every benched model in three regimes on the test set and on prose, as bench/regimes.json says
     regimes = json.loads((out / "bench" / "regimes.json").read_text())
     assert [s["name"] for s in regimes["sets"]] == ["test", "prose"] and len(regimes["rows"]) == 6
+    assert regimes["isa"] == "native" and {r["isa"] for r in regimes["rows"]} == {"native"}
     section = md.split("## Call regimes")[1].split("\n## ")[0]
     for r in regimes["rows"]:
         assert "error" not in r, r

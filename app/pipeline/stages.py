@@ -575,15 +575,16 @@ REGIMES_FILE = "regimes.json"
 
 def run_regimes_stage(ctx: RunContext, targets: list[Path | str]) -> list[Path]:
     """The call regimes of every bench target (``bench.regime_sentences`` sentences of the test set and of
-    prose, each target in its own process at ``bench.threads[0]`` threads) in ``bench/regimes.json``; none
-    when ``bench.regime_sentences`` is 0 or the bench device is not this host."""
+    prose, each target in its own process at ``bench.threads[0]`` threads, shown the bench device's ``isa``) in
+    ``bench/regimes.json``; none when ``bench.regime_sentences`` is 0 or the bench device is not this host."""
     from dataclasses import asdict
 
     from tinyglot.devices.profiles import detect_host, load_profile
     from tinyglot.devices.regimes import PROSE_MIN_WORDS, load_set, run_regimes, sets_line
 
     b = ctx.cfg.bench
-    if not b.regime_sentences or load_profile(b.device).kind != "local":
+    profile = load_profile(b.device)
+    if not b.regime_sentences or profile.kind != "local":
         return []
     student = read_json_object(ctx.student_dir / "config.json") or {}
     langs = [x for x in student.get("languages") or [] if x != "en"] or None
@@ -593,9 +594,11 @@ def run_regimes_stage(ctx: RunContext, targets: list[Path | str]) -> list[Path]:
     threads = b.threads[0]
     ctx.say(f"call regimes (single, arrival-32, bulk) of {len(targets)} models at {threads} thread(s): "
             + sets_line(sets))
-    rows = run_regimes([str(t) for t in targets], sets, threads=threads, repeats=b.regime_repeats, say=ctx.say)
+    rows = run_regimes([str(t) for t in targets], sets, threads=threads, repeats=b.regime_repeats, say=ctx.say,
+                       isa=profile.isa)  # host-avx2: AVX-512 and VNNI hidden, as in the bench stage's runner
     path = ctx.out / "bench" / REGIMES_FILE
-    atomic_write_json(path, {"cpu": detect_host().get("cpu_model"), "threads": threads, "repeats": b.regime_repeats,
+    atomic_write_json(path, {"cpu": detect_host().get("cpu_model"), "isa": profile.isa, "threads": threads,
+                             "repeats": b.regime_repeats,
                              "sets": [{k: v for k, v in asdict(s).items() if k != "sentences"}
                                       | {"n": len(s.sentences), "chars": s.chars()} for s in sets],
                              "description": sets_line(sets), "rows": rows})
