@@ -5,8 +5,9 @@ matrices on VNNI where it is there, oneDNN (TensorFlow) and XNNPACK (LiteRT) lik
 gives the environment in which a process sees an AVX2-only CPU: ``cpuid_mask.c`` (built once with the
 machine's C compiler into ``$TINYGLOT_HOME/isa/``) preloaded, answering CPUID with AVX-512, VNNI,
 BF16/FP16 and AMX cleared, and glibc's own string functions kept to AVX2.  It needs Linux on x86-64 with
-CPUID faulting (the ``cpuid_fault`` flag: most Intel CPUs since Ivy Bridge, AMD since Zen 4, where the
-hypervisor passes it on).
+CPUID faulting: the ``cpuid_fault`` flag in ``/proc/cpuinfo``, which a virtual machine has only where its
+hypervisor passes it on (this project's Intel Ice Lake VMs do).  The program's own SIGSEGV handlers
+(Python's ``faulthandler``, pytest's) are kept behind the library's and get the real faults.
 
 What it measures is the ISA's share of the speed (which kernels run), on this machine's cores: an AVX2-only
 CPU also differs in its cores, caches and clocks.  A masked process carries ``TINYGLOT_CPUID_MASKED`` (set
@@ -84,7 +85,7 @@ def mask_library(home: Path | None = None) -> Path:
         return lib
     compiler = _compiler()
     with atomic_path(lib) as tmp:
-        proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)],
+        proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE), "-ldl"],
                               capture_output=True, text=True)
         if proc.returncode:
             raise TinyglotError(f"{compiler} could not build {SOURCE}: {proc.stderr.strip()[-500:]}",

@@ -54,6 +54,18 @@ def test_a_masked_process_sees_an_avx2_only_cpu(avx2_env):
 
 
 @needs_mask
+def test_the_programs_own_segfault_handler_keeps_the_mask_and_gets_real_faults(avx2_env):
+    # Python's faulthandler installs a SIGSEGV handler: CPUID is still answered, a real fault still reaches it
+    code = "from numpy._core._multiarray_umath import __cpu_features__ as f; print(f['AVX512F'])"
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **avx2_env})
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-1000:]
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", "import ctypes; ctypes.string_at(0)"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **avx2_env})
+    assert proc.returncode == -11 and "Fatal Python error: Segmentation fault" in proc.stderr, proc
+
+
+@needs_mask
 @pytest.mark.parametrize("spec", ["tinyglot-mini", "tinyglot-mini?format=tflite-mediapipe"])
 def test_released_bundles_embed_the_same_on_avx2_kernels(avx2_env, spec):
     # onnxruntime's int8 kernels without VNNI (and XNNPACK's without AVX-512) give the shipped embeddings
