@@ -10,8 +10,10 @@ hypervisor passes it on (this project's Intel Ice Lake VMs do).  The program's o
 (Python's ``faulthandler``, pytest's) are kept behind the library's and get the real faults.
 
 What it measures is the ISA's share of the speed (which kernels run), on this machine's cores: an AVX2-only
-CPU also differs in its cores, caches and clocks.  A masked process carries ``TINYGLOT_CPUID_MASKED`` (set
-by the library itself, so its presence proves the library loaded); :func:`masked_isa` reads it."""
+CPU also differs in its cores, caches and clocks.  ``python -m tinyglot.devices.isa avx2 CMD ...`` runs any
+command so (``... avx2 python -m pytest tests/test_released.py``).  A masked process carries
+``TINYGLOT_CPUID_MASKED`` (set by the library itself, so its presence proves the library loaded);
+:func:`masked_isa` reads it."""
 
 from __future__ import annotations
 
@@ -126,5 +128,23 @@ def masked_isa() -> str:
     return os.environ.get(MARKER) or NATIVE
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tinyglot.devices.isa avx2 CMD [ARG ...]``: run a command where the CPU shows only that ISA."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        print(f"usage: python -m tinyglot.devices.isa {{{','.join(ISAS)}}} CMD [ARG ...]", file=sys.stderr)
+        return 2
+    try:
+        env = isa_env(args[0])
+    except TinyglotError as exc:
+        print(f"tinyglot: {exc}", file=sys.stderr)
+        return 1
+    os.execvpe(args[1], args[1:], {**os.environ, **env})
+
+
 __all__ = ["ISAS", "NATIVE", "check_isa", "cpu_flags", "isa_env", "mask_library", "mask_problem", "masked_isa",
            "shown_flags"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -95,6 +95,17 @@ def test_the_library_is_built_once_and_a_broken_compiler_is_named(tmp_path, monk
     assert not (tmp_path / "other" / "isa").exists() or not any((tmp_path / "other" / "isa").iterdir())
 
 
+@needs_mask
+def test_any_command_runs_masked_from_the_command_line():
+    code = "import os; print(os.environ['TINYGLOT_CPUID_MASKED'])"
+    proc = subprocess.run([sys.executable, "-m", "tinyglot.devices.isa", "avx2", sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "avx2", proc.stderr[-1000:]
+    proc = subprocess.run([sys.executable, "-m", "tinyglot.devices.isa", "avx512", "true"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "unknown ISA 'avx512'" in proc.stderr
+
+
 def test_machines_that_cannot_hide_instruction_sets_are_named():
     flags = "processor : 0\nflags : fpu sse2 avx avx2 avx512f\n"
     assert "Linux on x86-64" in mask_problem("avx2", flags, machine="arm64", system="Darwin")
