@@ -394,7 +394,7 @@ def render_markdown(ctx: RunContext, data: ReportData, figures: list[Path]) -> s
 def regimes_section(data: ReportData) -> list[str]:
     """The call regimes (single sentences, arrival-order batches of 32, one bulk call) of every benched
     model on the two length profiles, with the ratios to USE-m and the tokens per sentence."""
-    from tinyglot.devices.isa import ISAS
+    from tinyglot.devices.isa import ISAS, NATIVE
     from tinyglot.devices.regimes import BASELINE, REGIMES, regimes_table, tokens_table
 
     reg = data.regimes
@@ -405,7 +405,7 @@ def regimes_section(data: ReportData) -> list[str]:
     base = any(r["spec"].removeprefix("peer:") == BASELINE and "error" not in r for r in reg["rows"])
     return ["## Call regimes", "",
             f"Sentences/s through each model's `encode` ({reg.get('cpu') or '?'}"
-            + ("" if reg.get("isa", "native") == "native" else f", {ISAS.get(reg['isa'], reg['isa'])}")
+            + ("" if reg.get("isa", NATIVE) == NATIVE else f", {ISAS.get(reg['isa'], reg['isa'])}")
             + f", {reg.get('threads')} thread(s), "
             f"each model in its own process, fastest of {reg.get('repeats')} pass(es)): {', '.join(REGIMES)} = one "
             "sentence per call, consecutive batches of 32 in arrival order, one `encode(all, batch_size=32)` "
