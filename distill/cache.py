@@ -191,7 +191,7 @@ def teacher_embeddings(
                    cost_total=float(chars.sum()))
     finished = sum(len(order[starts[i]:starts[i] + chunk]) for i in done)
     cost = sum(float(chars[starts[i]:starts[i] + chunk].sum()) for i in done)
-    with bar.run(start=finished):
+    with bar.run(start=finished, start_cost=cost):
         for i, start in enumerate(starts):
             if i in done:
                 continue

@@ -119,6 +119,26 @@ def test_progress_follows_the_cost_where_items_differ(monkeypatch, capsys):
     assert "expected 1:37 for 10 sentences" in capsys.readouterr().out
 
 
+def test_a_resumed_pass_times_only_the_work_it_does(monkeypatch, capsys):
+    # a teacher pass resumed at half its cost: the ETA is the pace of this run's own work, applied to what
+    # is left (counting the resumed half as done in this run's seconds put it at a sixth of that)
+    clock = [0.0]
+    monkeypatch.setattr(training.time, "time", lambda: clock[0])
+    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
+    bar = Progress(10, "teacher embeddings", enabled=True, interval=0.0, unit="sentences", cost_total=100.0)
+    bar._bar, bar._plain = None, True
+    with bar.run(start=5, start_cost=50.0):
+        for step in (6, 7, 8, 9):
+            clock[0] += 10.0
+            bar.update(step, cost=10.0 * step)  # 10 cost units in 10 s
+    lines = capsys.readouterr().out.splitlines()
+    assert "teacher embeddings: 6/10 (60 %), 0:10 elapsed, eta 0:40" in lines  # 40 left at 1 a second
+    assert "teacher embeddings: 8/10 (80 %), 0:30 elapsed, eta 0:20" in lines
+    # the estimate (after the untimed first update) says what it covers: the rest, not the whole pass
+    assert any(x.startswith("teacher embeddings: expected 0:50 for the 5 sentences left of 10 on this machine")
+               for x in lines), lines
+
+
 @pytest.mark.parametrize("setting", ["1"])
 def test_no_estimate_when_progress_is_off(monkeypatch, capsys, setting):
     monkeypatch.setenv("TINYGLOT_NO_PROGRESS", setting)

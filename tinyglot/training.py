@@ -537,7 +537,7 @@ class Progress:
         self._plain = (self.enabled and os.environ.get("TINYGLOT_NO_PROGRESS") != "1"
                        and not rich.get_console().is_terminal)
         self._started = self._last = time.time()
-        self._start_step = 0
+        self._start_step, self._start_cost = 0, 0.0
         if self.enabled and not self._plain:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress,
                                        TextColumn, TimeElapsedColumn, TimeRemainingColumn)
@@ -551,10 +551,12 @@ class Progress:
             )
 
     @contextlib.contextmanager
-    def run(self, start: int = 0) -> Iterator[Progress]:
+    def run(self, start: int = 0, start_cost: float = 0.0) -> Iterator[Progress]:
+        """``start``: the items a resumed pass had done before (``start_cost``: their cost), which the
+        rates and ETAs of this run leave out."""
         self._started = self._last = time.time()
-        self._start_step = start
-        self._probe, self._estimated, self._cost, self._first_step = None, False, 0.0, start
+        self._start_step, self._start_cost = start, start_cost
+        self._probe, self._estimated, self._cost, self._first_step = None, False, start_cost, start
         self._first_estimate = None
         if self._bar is None:
             yield self
@@ -589,7 +591,9 @@ class Progress:
     def _timed(self, expected: float, seconds: float, items: int) -> str:
         rate = seconds / max(1, items)
         per = f"{rate:.3g} s" if rate >= 0.01 else f"{1000 * rate:.3g} ms"
-        return (f"{format_duration(expected)} for {self.total:,} {self.unit} on this machine ({per} a "
+        what = (f"the {self.total - self._start_step:,} {self.unit} left of {self.total:,}" if self._start_step
+                else f"{self.total:,} {self.unit}")
+        return (f"{format_duration(expected)} for {what} on this machine ({per} a "
                 f"{self.unit.removesuffix('s')} over the {items:,} timed)")
 
     def _revision(self, step: int, now: float) -> str | None:
@@ -622,7 +626,7 @@ class Progress:
         elif self._plain and (time.time() - self._last >= self.interval or step >= self.total):
             self._last = now = time.time()
             done, total = self._work(step)
-            start = 0.0 if self.cost_total else self._start_step
+            start = self._start_cost if self.cost_total else self._start_step
             eta = (total - done) * (now - self._started) / (done - start) if done > start else float("nan")
             print(f"{self.description}: {step}/{self.total} ({100 * step / max(1, self.total):.0f} %), "
                   f"{format_duration(now - self._started)} elapsed, eta {format_duration(eta)}"
