@@ -9,6 +9,9 @@ dynamic int8), and run by onnxruntime on this machine with ``--threads`` threads
 - sentences/s of ``encode`` over every test sentence in batches of ``--batch`` (tokenisation included);
 - bundle size (int8 ONNX + tokenizer) and parameter counts.
 
+``--regimes`` also times every bundle in the three call regimes beside ``--regimes-with`` (USE-m), each
+in its own process at 1 thread, natively or on AVX2 kernels (``--isa avx2``, :mod:`tinyglot.devices.isa`).
+
 Quality needs training: pass trained students with ``--trained NAME=FOLDER`` to add their P@1 (and
 the same speed figures, measured in the same run), and ``--peers peers.json`` (from
 ``benchmarks/peers.py``) to put the peers on the plot.  Prints a Markdown table, writes ``--json`` and,
@@ -131,9 +134,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sentences", type=int, default=4000, help="test sentences for the throughput pass")
     ap.add_argument("--rounds", type=int, default=3,
                     help="measure every shape this many times, round-robin, and keep the fastest round")
+    ap.add_argument("--regimes", action="store_true",
+                    help="also time every bundle in the three call regimes (tinyglot.devices.regimes: a process "
+                         "each, 1 thread) beside --regimes-with, on the --regimes-test sets")
+    ap.add_argument("--regimes-with", default="use-m",
+                    help="comma-separated specs timed beside the shapes (a released name, a peer, a folder)")
+    ap.add_argument("--regimes-test", action="append", default=[], metavar="NAME[@MIN_WORDS]=SOURCE[+SOURCE..]",
+                    help="a sentence set of the regimes (repeatable, as benchmarks/regimes.py --test); default: the "
+                         "shared libreoffice test and the prose set")
+    ap.add_argument("--regimes-sentences", type=int, default=500, help="seeded sample of each set")
+    ap.add_argument("--isa", default="native", help="the regimes' kernels: native, or avx2 (AVX-512 and VNNI "
+                                                    "hidden from CPUID; Linux x86-64 with cpuid_fault)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args(argv)
+    from tinyglot.devices.isa import ISAS
+
+    if args.isa not in ISAS:  # before any export: the regimes come last
+        raise SystemExit(f"unknown --isa {args.isa!r}; choose from {', '.join(sorted(ISAS))}")
 
     import logging
 
@@ -191,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {k + 1}/{args.rounds} {row['name']}: {row['rounds'][-1]}", file=sys.stderr, flush=True)
         for row in rows:
             row.update(best_of(row["rounds"]))
+        regimes = call_regimes(rows, [tmp_dir / f"b-{i}" for i in range(len(rows))], args) if args.regimes else None
     head = ["shape", "dim", "params (M)", "int8 MB", "p50 ms 16 tok", "p50 ms 64 tok", "sent/s batch 32", "P@1"]
     print(f"\nint8 ONNX ({args.quantize}), {args.threads} thread(s), {cpu_model()}, tokenisation included\n")
     print("| " + " | ".join(head) + " |\n|---|" + "---:|" * (len(head) - 1))
@@ -202,11 +221,28 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['p50_ms_16']:.2f} | {r['p50_ms_64']:.2f} | {r['sentences_per_s']:.0f} | - |")
     result = {"cpu": cpu_model(), "threads": args.threads, "quantize": args.quantize, "batch": args.batch,
               "rows": rows}
+    if regimes is not None:
+        result["regimes"], result["isa"] = regimes, args.isa
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     if args.plot:
         plot(rows, json.loads(args.peers.read_text())["rows"] if args.peers else [], args.plot)
     return 0
+
+
+def call_regimes(rows: list[dict], bundles: list[Path], args: argparse.Namespace) -> list[dict]:
+    """Each shape's bundle and each ``--regimes-with`` spec in the three call regimes, in their own
+    processes (``--isa``'s kernels); prints the table against USE-m, returns the rows."""
+    from tinyglot.devices.isa import ISAS
+    from tinyglot.devices.regimes import default_set_specs, load_set, regimes_table, run_regimes, sets_line
+
+    sets = [load_set(spec, args.regimes_sentences) for spec in args.regimes_test or default_set_specs()]
+    extra = [x for x in args.regimes_with.split(",") if x]
+    out = run_regimes([*map(str, bundles), *extra], sets, 1, rounds=args.rounds, isa=args.isa,
+                      say=lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(f"\nCall regimes, 1 thread, {cpu_model()}, ISA: {ISAS[args.isa]}; {sets_line(sets)}\n")
+    print(regimes_table(out, sets, names={str(b): r["name"] for b, r in zip(bundles, rows, strict=True)}))
+    return out
 
 
 def plot(rows: list[dict], peers: list[dict], path: Path) -> None:
