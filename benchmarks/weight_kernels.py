@@ -33,7 +33,7 @@ VARIANTS = ("fp32", "nbits8-a4", "nbits8-a0", "nbits4-a4", "nbits4-a0")
 def dequantized_matmuls(model) -> int:
     """Replace each ``DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul`` chain of ``model`` (in place)
     by one fp32 ``MatMul`` on the dequantized weights; returns how many."""
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     g = model.graph
     consts = {i.name: i for i in g.initializer}
@@ -54,7 +54,8 @@ def dequantized_matmuls(model) -> int:
              - numpy_helper.to_array(consts[n.input[3]]).astype(np.float32)) * w_scale.astype(np.float32)
         g.initializer.append(numpy_helper.from_array(w, n.input[1] + "_fp32"))
         x = made_by[n.input[0]].input[0]
-        replaced[id(mul)] = _node("MatMul", [x, n.input[1] + "_fp32"], [mul.output[0]], n.name.removesuffix("_quant"))
+        replaced[id(mul)] = helper.make_node("MatMul", [x, n.input[1] + "_fp32"], [mul.output[0]],
+                                             name=n.name.removesuffix("_quant"))
         dropped |= {id(n), id(cast), id(scales)}
     nodes = [replaced.get(id(n), n) for n in g.node if id(n) not in dropped]
     needed = {i for n in nodes for i in n.input} | {o.name for o in g.output}
@@ -66,12 +67,6 @@ def dequantized_matmuls(model) -> int:
     del g.initializer[:]
     g.initializer.extend(kept)
     return len(replaced)
-
-
-def _node(op: str, inputs: list[str], outputs: list[str], name: str):
-    from onnx import helper
-
-    return helper.make_node(op, inputs, outputs, name=name)
 
 
 def variant_graph(model, variant: str):
