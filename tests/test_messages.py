@@ -64,13 +64,25 @@ def test_the_scan_catches_what_it_is_for():
     assert "done in " in texts and " s" in texts
 
 
-def test_progress_estimates_from_what_it_timed(monkeypatch, capsys):
-    clock = [1000.0]
-    monkeypatch.setattr(training.time, "time", lambda: clock[0])
+@pytest.fixture
+def clock(monkeypatch) -> list[float]:
+    """``time.time`` as the test sets it (``clock[0]``), with progress lines on."""
+    now = [0.0]
+    monkeypatch.setattr(training.time, "time", lambda: now[0])
     monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
-    bar = Progress(100, "distill x", enabled=True, interval=1e9, unit="steps")
-    bar._bar = None  # the plain form: lines on stdout
-    bar._plain = True
+    return now
+
+
+def plain_bar(total: int, description: str, **kwargs) -> Progress:
+    """A :class:`Progress` in its plain form: lines on stdout, as when stdout is no terminal."""
+    bar = Progress(total, description, enabled=True, **kwargs)
+    bar._bar, bar._plain = None, True
+    return bar
+
+
+def test_progress_estimates_from_what_it_timed(clock, capsys):
+    clock[0] = 1000.0
+    bar = plain_bar(100, "distill x", interval=1e9, unit="steps")
     with bar.run():
         clock[0] += 30.0  # the first step holds the warm-up: not part of the rate
         bar.update(1)
@@ -83,12 +95,8 @@ def test_progress_estimates_from_what_it_timed(monkeypatch, capsys):
     assert out.count("expected") == 1 and "revised" not in out  # the same pace after: no second line
 
 
-def test_progress_revises_an_estimate_the_pace_since_belies(monkeypatch, capsys):
-    clock = [0.0]
-    monkeypatch.setattr(training.time, "time", lambda: clock[0])
-    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
-    bar = Progress(100, "distill y", enabled=True, interval=1e9, unit="steps")
-    bar._bar, bar._plain = None, True
+def test_progress_revises_an_estimate_the_pace_since_belies(clock, capsys):
+    bar = plain_bar(100, "distill y", interval=1e9, unit="steps")
     with bar.run():
         bar.update(1)
         for step in range(2, 12):  # 1 s a step while warming up: at step 6 (5 s timed) 5 + 94 = 99 s
@@ -104,12 +112,8 @@ def test_progress_revises_an_estimate_the_pace_since_belies(monkeypatch, capsys)
     assert out.count("revised") == 1
 
 
-def test_progress_follows_the_cost_where_items_differ(monkeypatch, capsys):
-    clock = [0.0]
-    monkeypatch.setattr(training.time, "time", lambda: clock[0])
-    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
-    bar = Progress(10, "teacher embeddings", enabled=True, interval=1e9, unit="sentences", cost_total=100.0)
-    bar._bar, bar._plain = None, True
+def test_progress_follows_the_cost_where_items_differ(clock, capsys):
+    bar = plain_bar(10, "teacher embeddings", interval=1e9, unit="sentences", cost_total=100.0)
     with bar.run():
         clock[0] += 1.0
         bar.update(1, cost=4.0)  # the first: its warm-up is not timed
@@ -119,14 +123,10 @@ def test_progress_follows_the_cost_where_items_differ(monkeypatch, capsys):
     assert "expected 1:37 for 10 sentences" in capsys.readouterr().out
 
 
-def test_a_resumed_pass_times_only_the_work_it_does(monkeypatch, capsys):
+def test_a_resumed_pass_times_only_the_work_it_does(clock, capsys):
     # a teacher pass resumed at half its cost: the ETA is the pace of this run's own work, applied to what
-    # is left (counting the resumed half as done in this run's seconds put it at a sixth of that)
-    clock = [0.0]
-    monkeypatch.setattr(training.time, "time", lambda: clock[0])
-    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
-    bar = Progress(10, "teacher embeddings", enabled=True, interval=0.0, unit="sentences", cost_total=100.0)
-    bar._bar, bar._plain = None, True
+    # is left; the resumed half is no part of that pace
+    bar = plain_bar(10, "teacher embeddings", interval=0.0, unit="sentences", cost_total=100.0)
     with bar.run(start=5, start_cost=50.0):
         for step in (6, 7, 8, 9):
             clock[0] += 10.0
