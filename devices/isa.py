@@ -139,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     except TinyglotError as exc:
         print(f"tinyglot: {exc}", file=sys.stderr)
         return 1
-    os.execvpe(args[1], args[1:], {**os.environ, **env})
+    try:
+        os.execvpe(args[1], args[1:], {**os.environ, **env})
+    except OSError as exc:  # exec returns only when it failed
+        print(f"tinyglot: cannot run {args[1]!r}: {exc.strerror}\n  fix: give a command on PATH, or its path",
+              file=sys.stderr)
+        return 127
 
 
 __all__ = ["ISAS", "NATIVE", "check_isa", "cpu_flags", "isa_env", "mask_library", "mask_problem", "masked_isa",

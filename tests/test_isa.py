@@ -104,6 +104,10 @@ def test_any_command_runs_masked_from_the_command_line():
     proc = subprocess.run([sys.executable, "-m", "tinyglot.devices.isa", "avx512", "true"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1 and "unknown ISA 'avx512'" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "tinyglot.devices.isa", "avx2", "no-such-command-tg"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 127 and "cannot run 'no-such-command-tg'" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_machines_that_cannot_hide_instruction_sets_are_named():
