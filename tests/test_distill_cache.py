@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from tinyglot.distill.cache import teacher_embeddings
+from tinyglot import training
+from tinyglot.distill.cache import spread_order, teacher_embeddings
 from tinyglot.errors import TinyglotError
 
 
@@ -147,6 +148,43 @@ class InterruptedTeacher(CountingTeacher):
         return super().encode(sentences, batch_size)
 
 
+def test_spread_order_visits_every_chunk_with_each_prefix_spanning_the_range():
+    assert spread_order(1) == [0] and spread_order(7) == [0, 4, 2, 6, 1, 5, 3]
+    for n in (4, 10, 433):
+        order = spread_order(n)
+        assert sorted(order) == list(range(n))
+        assert {i * 4 // n for i in order[:8]} == {0, 1, 2, 3}  # the first eight span all four quarters
+
+
+class ClockedTeacher(CountingTeacher):
+    """Takes (on the test's clock) a fixed time per sentence plus a little per character, as a real encoder
+    does: short sentences cost more per character than the pass's cost model (characters + 8) says."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def encode(self, sentences, batch_size=64):
+        self.clock[0] += sum(0.1 + 0.002 * len(s) for s in sentences)
+        return super().encode(sentences, batch_size)
+
+
+def test_the_first_estimate_of_a_pass_is_near_its_real_duration(tmp_path, monkeypatch, capsys):
+    # the chunks run spread over the lengths, so the estimate timed on the first few holds for the whole;
+    # timed on the shortest chunks first (sorted order) this pass's estimate came out 1.3 times too long
+    clock = [0.0]
+    monkeypatch.setattr(training.time, "time", lambda: clock[0])
+    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
+    rng = np.random.default_rng(0)
+    sents = [f"{i} " + "word " * int(rng.integers(1, 80)) for i in range(400)]
+    teacher = ClockedTeacher(clock)
+    teacher_embeddings(teacher, sents, tmp_path, chunk=20, progress=True, description="pass")
+    took = clock[0] - (0.1 + 0.002 * len(sents[0]))  # less the dimension probe, before the bar
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("pass: expected ")]
+    minutes, seconds = line.removeprefix("pass: expected ").split()[0].split(":")
+    assert abs(60 * int(minutes) + int(seconds) - took) < 0.1 * took, (line, took)
+
+
 def test_interrupted_pass_resumes_from_its_finished_chunks(tmp_path):
     sents = [f"sentence number {i} " + "x" * (i % 7) for i in range(50)]
     reference = np.asarray(teacher_embeddings(CountingTeacher(), sents, tmp_path / "ref", chunk=8, progress=False))
@@ -154,7 +192,7 @@ def test_interrupted_pass_resumes_from_its_finished_chunks(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         teacher_embeddings(broken, sents, tmp_path / "c", chunk=8, progress=False)
     chunks = sorted(p.name for p in (tmp_path / "c").glob("*.chunks/chunk-*.npy"))
-    assert chunks == ["chunk-000000.npy", "chunk-000001.npy"]
+    assert chunks == ["chunk-000000.npy", "chunk-000004.npy"]  # the spread order: 0, 4, 2, 6, 1, 5, 3
     assert not list((tmp_path / "c").glob("*.json"))  # unfinished: no metadata, never read as a cache
     again = CountingTeacher()
     emb = teacher_embeddings(again, sents, tmp_path / "c", chunk=8, progress=False)

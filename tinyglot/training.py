@@ -512,7 +512,7 @@ class Progress:
     """A rich progress bar (steps, loss parts, pairs/s, ETA) on a terminal; elsewhere (a log file,
     CI) a plain line every ``interval`` seconds and at the end; nothing when disabled.
 
-    Once :data:`PROBE_SECONDS` (and :data:`PROBE_ITEMS` items) of the work after its first update are timed,
+    Once :data:`PROBE_SECONDS` (and ``probe_items`` items) of the work after its first update are timed,
     one line says how long the whole is expected to take on this machine (:meth:`estimate`), measured,
     never assumed."""
 
@@ -524,6 +524,7 @@ class Progress:
     # where items differ in cost (sentences sorted by length): the cost of all of them, and each update
     # gives the cost done so far (``update(..., cost=)``), which the estimate and the ETA then follow
     cost_total: float | None = None
+    probe_items: int = PROBE_ITEMS  # the first estimate waits for this many items after the first update
 
     def __post_init__(self) -> None:
         import rich
@@ -581,7 +582,7 @@ class Progress:
         if self._estimated:
             return self._revision(step, now)
         t0, d0 = self._probe
-        if done <= d0 or now - t0 < PROBE_SECONDS or step - self._first_step < PROBE_ITEMS or step >= self.total:
+        if done <= d0 or now - t0 < PROBE_SECONDS or step - self._first_step < self.probe_items or step >= self.total:
             return None
         self._estimated = True
         expected = now - self._started + (now - t0) / (done - d0) * (total - done)
