@@ -23,6 +23,10 @@ def test_length_batches_cut_where_padding_would_exceed_the_budget():
     assert _split([]) == []
     # a fixed-shape model's sequence buckets: one sub-batch per bucket
     assert _split([16, 16, 32, 16, 64, 32]) == [[0, 1, 3], [2, 5], [4]]
+    # one row of bucket 32 beside three of 48 is within the budget; budget 1 (the TFLite encoder's) keeps it apart
+    assert _split([16, 32, 48, 48, 48]) == [[0], [1, 2, 3, 4]]
+    assert _split([16, 32, 48, 48, 48], budget=1.0) == [[0], [1], [2, 3, 4]]
+    assert _split([48, 32, 48], batch_size=2, budget=1.0) == [[1], [0, 2]]
     # no budget: the old behaviour, one length-sorted run per batch_size rows
     assert _split([12, 3, 4, 30, 11, 3], budget=float("inf")) == [[1, 5, 2, 4, 0, 3]]
     assert _split([12, 3, 4, 30, 11, 3], batch_size=4, budget=float("inf")) == [[1, 5, 2, 4], [0, 3]]

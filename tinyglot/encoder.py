@@ -125,11 +125,11 @@ def length_batches(lengths: Sequence[int], batch_size: int, budget: float | None
 
 
 def encode_by_length(lengths: Sequence[int], batch_size: int,
-                     run: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+                     run: Callable[[np.ndarray], np.ndarray], budget: float | None = None) -> np.ndarray:
     """Run ``run(rows)`` on sub-batches of item indices of similar length (:func:`length_batches`:
     at most ``batch_size`` rows, padding bounded by :data:`PADDING_BUDGET`, so a call of mixed
-    lengths costs about what its sentences cost one by one) and return the float32 outputs in the
-    original order.  Shared by every encoder implementation.
+    lengths costs about what its sentences cost one by one; ``budget`` overrides it) and return the
+    float32 outputs in the original order.  Shared by every encoder implementation.
 
     An item of length 0 (a blank sentence, or one without tokens) is not run: its row is the zero
     vector.  When every item is blank, ``run`` sees the first one once, for the width."""
@@ -138,7 +138,7 @@ def encode_by_length(lengths: Sequence[int], batch_size: int,
     kept = np.asarray([i for i, n in enumerate(lengths) if n > 0], dtype=np.int64)
     out: np.ndarray | None = None
     if len(kept):
-        for part in length_batches([lengths[i] for i in kept], batch_size):
+        for part in length_batches([lengths[i] for i in kept], batch_size, budget):
             rows = kept[part]
             emb = np.asarray(run(rows), dtype=np.float32)
             if out is None:
