@@ -220,3 +220,15 @@ def tiny_run(tmp_path_factory) -> TinyRun:
     resumed = run_tiny(out, env)
     return TinyRun(out, env, interrupted, teacher_marker is not None, teacher_marker, resumed,
                    time.time() - started)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> list[float]:
+    """``time.time`` of :mod:`tinyglot.training` (progress bars and their estimates) as the test sets it
+    (``clock[0]``), with progress lines on."""
+    from tinyglot import training
+
+    now = [0.0]
+    monkeypatch.setattr(training.time, "time", lambda: now[0])
+    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
+    return now

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from tinyglot import training
 from tinyglot.distill.cache import spread_order, teacher_embeddings
 from tinyglot.errors import TinyglotError
 
@@ -169,12 +168,9 @@ class ClockedTeacher(CountingTeacher):
         return super().encode(sentences, batch_size)
 
 
-def test_the_first_estimate_of_a_pass_is_near_its_real_duration(tmp_path, monkeypatch, capsys):
+def test_the_first_estimate_of_a_pass_is_near_its_real_duration(tmp_path, clock, capsys):
     # the chunks run spread over the lengths, so the estimate timed on the first few holds for the whole;
     # timed on the shortest chunks first (sorted order) this pass's estimate came out 1.3 times too long
-    clock = [0.0]
-    monkeypatch.setattr(training.time, "time", lambda: clock[0])
-    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
     rng = np.random.default_rng(0)
     sents = [f"{i} " + "word " * int(rng.integers(1, 80)) for i in range(400)]
     teacher = ClockedTeacher(clock)

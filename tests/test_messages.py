@@ -64,15 +64,6 @@ def test_the_scan_catches_what_it_is_for():
     assert "done in " in texts and " s" in texts
 
 
-@pytest.fixture
-def clock(monkeypatch) -> list[float]:
-    """``time.time`` as the test sets it (``clock[0]``), with progress lines on."""
-    now = [0.0]
-    monkeypatch.setattr(training.time, "time", lambda: now[0])
-    monkeypatch.delenv("TINYGLOT_NO_PROGRESS", raising=False)
-    return now
-
-
 def plain_bar(total: int, description: str, **kwargs) -> Progress:
     """A :class:`Progress` in its plain form: lines on stdout, as when stdout is no terminal."""
     bar = Progress(total, description, enabled=True, **kwargs)
