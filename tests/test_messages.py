@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tinyglot import training
 from tinyglot.training import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
