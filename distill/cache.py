@@ -138,7 +138,8 @@ def _read_chunk(path: Path, rows: int, dim: int) -> np.ndarray | None:
 
 
 # the first estimate of a teacher pass times this many chunks after the first, spread over the lengths (the
-# first few run slower while the runtime's memory warms up: timed over 4, a pass of 66 min on an Intel Xeon said 87)
+# first few run slower while the runtime's memory warms up: timed over 4, a pass of 66 min on an Intel Xeon said 87);
+# a shorter pass times a quarter of itself, so that it still gets its estimate
 PROBE_CHUNKS = 8
 
 
@@ -200,7 +201,7 @@ def teacher_embeddings(
     # their count; the chunks run in spread_order, so the first few timed ones span short to long
     chars = np.array([len(sentences[int(i)]) + 8 for i in order], dtype=np.float64)
     bar = Progress(len(order), description or f"teacher embeddings ({name})", progress, unit="sentences",
-                   cost_total=float(chars.sum()), probe_items=PROBE_CHUNKS * chunk)
+                   cost_total=float(chars.sum()), probe_items=min(PROBE_CHUNKS * chunk, len(order) // 4))
     finished = sum(len(order[starts[i]:starts[i] + chunk]) for i in done)
     cost = sum(float(chars[starts[i]:starts[i] + chunk].sum()) for i in done)
     with bar.run(start=finished, start_cost=cost):

@@ -181,6 +181,13 @@ def test_the_first_estimate_of_a_pass_is_near_its_real_duration(tmp_path, clock,
     assert abs(60 * int(minutes) + int(seconds) - took) < 0.1 * took, (line, took)
 
 
+def test_a_pass_of_a_few_chunks_still_prints_its_estimate(tmp_path, clock, capsys):
+    # 5 chunks: fewer than the 8 a long pass times first, so it times a quarter of itself
+    sents = [f"{i} " + "word " * (1 + i % 40) for i in range(100)]
+    teacher_embeddings(ClockedTeacher(clock), sents, tmp_path, chunk=20, progress=True, description="pass")
+    assert [x for x in capsys.readouterr().out.splitlines() if x.startswith("pass: expected ")]
+
+
 def test_interrupted_pass_resumes_from_its_finished_chunks(tmp_path):
     sents = [f"sentence number {i} " + "x" * (i % 7) for i in range(50)]
     reference = np.asarray(teacher_embeddings(CountingTeacher(), sents, tmp_path / "ref", chunk=8, progress=False))
