@@ -3,7 +3,7 @@
 # profile's training run, the release into tinyglot/released/NAME (replacing the shipped one; commit it to ship it).
 #   release/make.sh tinyglot-small   # 2 x 256 (512-wide feed-forward), 56k pieces, Common Voice's sentences, both bundles, <= 25 MB
 #   release/make.sh tinyglot-mini    # 2 x 128, 36k pieces, Common Voice's sentences, both bundles, <= 10 MB
-#   release/make.sh tinyglot-base    # 2 x 256, 160k pieces, Common Voice's sentences, onnx-text, <= 33 MB
+#   release/make.sh tinyglot-base    # 2 x 256 (512-wide feed-forward), 160k pieces, Common Voice's sentences, onnx-text, <= 33 MB
 # Needs ../shared/data (the shared corpus, its tests and commonvoice/) and, for the first `tinyglot data
 # general`, the network to Debian and PyPI. Each run prints its expected times once it has timed itself.
 set -euo pipefail
@@ -24,7 +24,8 @@ case $name in
                    formats=onnx-text,tflite-mediapipe; max_mb=10 ;;
     # tinyglot-small's shape (its compute per sentence) with 160k pieces: the most that keep onnx-text within USE-m's 33 MB
     # (a MediaPipe file of this table would take as much again)
-    tinyglot-base) student=(--set distill.vocab_size=160000); formats=onnx-text; max_mb=33 ;;
+    tinyglot-base) student=(--set distill.vocab_size=160000 --set distill.overrides.student.ffn_size=512)
+                   formats=onnx-text; max_mb=33 ;;
     *) echo "release/make.sh: no recipe for $name (tinyglot-small, tinyglot-mini, tinyglot-base)" >&2; exit 2 ;;
 esac
 general=$home/general-permissive-commonvoice
