@@ -112,7 +112,8 @@ class DistillTrainConfig(TrainSettings):
     vocab_sentences: int = 200_000
     vocab_general_share: float = 0.0
     # Word lists added to that sample (a folder of LANG.tsv, WORD<TAB>BUCKET, as `tinyglot data general`
-    # writes into OUT/words; "auto" = $TINYGLOT_HOME/general/words; "" = none): for each language of the
+    # writes into OUT/words; "auto" = $TINYGLOT_HOME/general/words, or in `tinyglot run` the words folder beside
+    # data.general's file; "" = none): for each language of the
     # corpus with a list, vocab_word_sentences lines of 12 words drawn by their frequency, so that the
     # vocabulary holds the language's common words whole (and each starts from the teacher's embedding of
     # it) where the corpus has too little text to make them pieces (docs/results.md, "Word lists").

@@ -515,6 +515,26 @@ def test_e5_profile_trains_its_student_without_dropout():
     assert load_config("e5", sets=["distill.overrides.student.dropout=0.1"]).student_preset().student.dropout == 0.1
 
 
+def test_e5_profile_reads_the_word_lists_of_the_general_build_it_trains_on(tmp_path, monkeypatch):
+    """train.vocab_words=auto: the words folder beside data.general's file (`tinyglot data general --out
+    OUT` writes OUT/general-train.jsonl.gz and OUT/words), not $TINYGLOT_HOME/general's, so that a run on a
+    second build (the share-alike tier's, say) takes that build's lists; a user's folder still wins."""
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    build = tmp_path / "build"
+    (build / "words").mkdir(parents=True)
+    (build / "general-train.jsonl.gz").write_bytes(b"")
+    general = f"data.general={build / 'general-train.jsonl.gz'}"
+    assert load_config("e5", sets=[general]).student_preset().train.vocab_words == str(build / "words")
+    assert load_config("e5").student_preset().train.vocab_words == "auto"  # data.general=auto: the default build's
+    mine = tmp_path / "mine"
+    for given in (str(mine), ""):  # a folder of the user's, or none
+        sets = [general, f"distill.overrides.train.vocab_words={given}"]
+        assert load_config("e5", sets=sets).student_preset().train.vocab_words == given
+    # a general file of the user's own, with no word lists beside it: auto stays the default build's
+    (build / "words").rmdir()
+    assert load_config("e5", sets=[general]).student_preset().train.vocab_words == "auto"
+
+
 @pytest.mark.slow
 def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     """`tinyglot run --profile e5` shrunk: the real e5-small-onnx teacher pass (cached in TINYGLOT_HOME), a

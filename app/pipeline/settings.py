@@ -43,6 +43,18 @@ def general_path(setting: str) -> Path:
     return path
 
 
+def general_words(setting: str) -> Path | None:
+    """The word lists of the general build that ``data.general`` names, when it names one's file
+    (``OUT/general-train.jsonl.gz`` beside ``OUT/words``): what ``train.vocab_words=auto`` reads then,
+    so that a run's vocabulary takes the lists of the build it trains on (else $TINYGLOT_HOME/general's)."""
+    from tinyglot.data.general import WORDS_FOLDER
+
+    if setting in ("", GENERAL_AUTO):
+        return None
+    words = Path(setting).parent / WORDS_FOLDER
+    return words if words.is_dir() else None
+
+
 @dataclass
 class DataSection:
     """Training corpus and test set; empty = the embedded ones; 0 = no cap.
@@ -274,7 +286,12 @@ class PipelineConfig:
             return ms_preset(self.distill.student, self.distill_overrides())
         from tinyglot.distill.config import get_preset
 
-        return get_preset(self.distill.student, self.distill_overrides())
+        overrides = self.distill_overrides()
+        preset = get_preset(self.distill.student, overrides)
+        words = general_words(self.data.general)
+        if preset.train.vocab_words == GENERAL_AUTO and words is not None:
+            return get_preset(self.distill.student, deep_merge(overrides, {"train": {"vocab_words": str(words)}}))
+        return preset
 
     def validate(self) -> PipelineConfig:
         if self.threads < 0:
