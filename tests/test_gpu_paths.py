@@ -136,7 +136,7 @@ def test_gradient_checkpointing_follows_the_setting(small_pairs, tiny_teacher_di
         trainer = LeallaTrainer(preset, tmp_path / mode, small_pairs, teacher, teacher.identity(),
                                 teacher_tokenizer(str(tiny_teacher_dir)), cache_dir=tmp_path / "cache",
                                 progress=False)
-        model = Student(preset.student, trainer.teacher_dim)
+        model = Student(preset.student, trainer.teacher_dim).to(trainer.device)  # the GPU when there is one
         trainer._batch(model, 0)
         seen[mode] = model.encoder.is_gradient_checkpointing
     assert seen == {"always": True, "never": False}
