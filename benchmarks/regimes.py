@@ -36,6 +36,7 @@ from pathlib import Path
 from tinyglot.devices.isa import ISAS, NATIVE
 from tinyglot.devices.regimes import BASELINE, PROSE_MIN_WORDS, default_set_specs, load_set, regimes_table, \
     run_regimes, sets_line, tokens_table
+from tinyglot.errors import TinyglotError
 
 
 def main(argv=None) -> int:
@@ -82,5 +83,15 @@ def main(argv=None) -> int:
     return 0
 
 
+def run(argv: list[str] | None = None) -> int:
+    """:func:`main`, with tinyglot's errors (a missing test set, an ISA this CPU cannot hide) said in two lines,
+    the problem and its fix, and exit 2, as the tinyglot command says them, not as a traceback."""
+    try:
+        return main(argv)
+    except TinyglotError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

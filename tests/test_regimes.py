@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +154,13 @@ def test_rows_are_labelled_by_the_name_the_caller_gave(tmp_path):
     table = regimes.regimes_table([{**r, "sets": speeds} for r in rows], ["x"])
     assert f"| {a} | single |" in table and f"| {b} | single |" in table
     assert f"| {b} | 3.0 / 4 |" in regimes.tokens_table([{**r, "sets": speeds} for r in rows], ["x"])
+
+
+def test_the_benchmark_says_a_bad_input_in_two_lines_not_a_traceback(tmp_path):
+    """benchmarks/regimes.py: a missing test set (or --isa avx2 on a CPU that cannot fault CPUID) is tinyglot's
+    error, its problem and its fix, with exit status 2."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "regimes.py"
+    proc = subprocess.run([sys.executable, str(script), "use-m", "--test", f"lo={tmp_path / 'none'}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"error: no test set or corpus at {tmp_path / 'none'}") and "fix:" in proc.stderr
