@@ -169,23 +169,31 @@ def test_every_shipped_model_has_its_recipe_in_the_repository(name):
     case = script.split(f"\n    {name})", 1)
     assert len(case) == 2, f"release/make.sh has no recipe for {name}"
     recipe = case[1].split(";;", 1)[0]
-    # the e5 profile as make.sh runs it for this model (the settings with a path in them left out)
-    command = script.split("tinyglot run --profile e5", 1)[1].split("\n\n", 1)[0]
-    sets = [a.rstrip(");") for a in re.findall(r"--set\s+(\S+)", recipe + command) if "$" not in a]
-    made_cfg = load_config("e5", sets=sets)
-    made = made_cfg.student_preset()
-    assert made.train.vocab_words == ""  # the profile's word lists are CC-BY-SA: not in a permissive student
-    manifest = json.loads((PACKAGE_ROOT / name / MANIFEST).read_text(encoding="utf-8"))
-    recorded = manifest["made"].get("settings")
-    assert recorded, f"{name}'s release.json does not record the settings it was trained with"
-    # everything the student was trained with, as make.sh gives it today
-    assert recorded["train"] == to_dict(made.train) and recorded["loss"] == to_dict(made.loss)
-    assert recorded["student"] == {**to_dict(made.student), "vocab_size": made_cfg.distill.vocab_size}
+
     def given(pattern: str, text: str) -> str:
         found = re.search(pattern, text)
         assert found, f"release/make.sh gives no {pattern!r} for {name}"
         return found.group(1)
 
+    # the e5 profile as make.sh runs it for this model (the settings with a path in them left out)
+    command = script.split("tinyglot run --profile e5", 1)[1].split("\n\n", 1)[0]
+    sets = [a.rstrip(");") for a in re.findall(r"--set\s+(\S+)", recipe + command) if "$" not in a]
+    made_cfg = load_config("e5", sets=sets)
+    made = made_cfg.student_preset()
+    manifest = json.loads((PACKAGE_ROOT / name / MANIFEST).read_text(encoding="utf-8"))
+    tier = given(r"tier=([^;\s]+)", recipe) if "tier=" in recipe else "permissive"
+    assert manifest["tier"] == tier
+    # the profile's word lists are CC-BY-SA: in no permissive student; a share-alike one takes its build's
+    # (vocab_words=auto: GENERAL/words, recorded as the path it resolved to on the machine that made it)
+    assert made.train.vocab_words == ("" if tier == "permissive" else "auto")
+    recorded = manifest["made"].get("settings")
+    assert recorded, f"{name}'s release.json does not record the settings it was trained with"
+    if made.train.vocab_words == "auto":
+        assert recorded["train"]["vocab_words"].endswith("commonvoice/words")
+        recorded = {**recorded, "train": {**recorded["train"], "vocab_words": "auto"}}
+    # everything the student was trained with, as make.sh gives it today
+    assert recorded["train"] == to_dict(made.train) and recorded["loss"] == to_dict(made.loss)
+    assert recorded["student"] == {**to_dict(made.student), "vocab_size": made_cfg.distill.vocab_size}
     formats = given(r"formats=([^;\s]+)", recipe)
     assert set(formats.split(",")) == set(manifest["formats"])
     release_line = script.split("\ntinyglot release ", 1)[1]
