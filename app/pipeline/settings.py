@@ -286,11 +286,10 @@ class PipelineConfig:
             return ms_preset(self.distill.student, self.distill_overrides())
         from tinyglot.distill.config import get_preset
 
-        overrides = self.distill_overrides()
-        preset = get_preset(self.distill.student, overrides)
+        preset = get_preset(self.distill.student, self.distill_overrides())
         words = general_words(self.data.general)
         if preset.train.vocab_words == GENERAL_AUTO and words is not None:
-            return get_preset(self.distill.student, deep_merge(overrides, {"train": {"vocab_words": str(words)}}))
+            return replace(preset, {"train": {"vocab_words": str(words)}})
         return preset
 
     def validate(self) -> PipelineConfig:
