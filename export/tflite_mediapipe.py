@@ -375,10 +375,10 @@ class MediaPipeTextEncoder:
         result = self.embedder.embed(text)
         heads = {e.head_name: e for e in result.embeddings}
         emb = np.asarray(heads[HEADS[0]].embedding, dtype=np.float32)
-        ids = [round(float(x)) for x in heads[HEADS[1]].embedding]
-        while ids and ids[-1] == 0:
-            ids.pop()
-        return emb, ids
+        # the ids head (0-padded to max_len) in numpy: a Python loop over it cost about 20 us a call
+        seen = np.rint(np.asarray(heads[HEADS[1]].embedding, dtype=np.float32)).astype(np.int64)
+        real = np.flatnonzero(seen)
+        return emb, seen[:real[-1] + 1].tolist() if real.size else []
 
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> np.ndarray:
         from tinyglot.encoder import check_sentences
