@@ -482,6 +482,28 @@ def test_release_and_models_commands_refuse_and_list(student_dir, tmp_path, caps
     assert _command(build_parser().parse_args(given + shuffled)) == " ".join(["tinyglot", *given, *options])
 
 
+def test_models_names_the_machine_of_each_speed(capsys):
+    """Speeds measured at release on different machines are not comparable: each row names its machine, and
+    the table says so where the shipped models' machines differ."""
+    from tinyglot.app.cli import main
+    from tinyglot.released import list_released
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    rows: dict[str, list[str]] = {}  # name -> its cells, a wrapped cell's lines joined
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            name, rows[cells[0]] = cells[0], cells
+        elif cells:
+            rows[name] = [f"{a} {b}".strip() for a, b in zip(rows[name], cells, strict=True)]
+    listed = list_released(PACKAGE_ROOT)
+    assert sorted(rows) == sorted(m["name"] for m in listed)
+    for m in listed:
+        assert f"({m['speed']['format']}; {m['speed']['machine']})" in rows[m["name"]][6], rows[m["name"]]
+    assert ("on the machine each row names" in out) == (len({m["speed"]["machine"] for m in listed}) > 1)
+
+
 def test_names_resolve_only_to_released_models(tmp_path, monkeypatch):
     """Unreleased names list the released ones; a path of the same name comes first; peers stay peers."""
     from tinyglot.encoders import tinyglot_folder

@@ -41,12 +41,17 @@ def cmd_models(args: argparse.Namespace) -> int:
             table.add_row(escape(m["name"]), "", "", "", "", escape(f"error: {m['error']}"), "", "")
             continue
         speed = m.get("speed") or {}
-        speed_text = (f"{speed['sentences_per_s']:,.0f} sent/s, p50 {speed['p50_ms']:.2f} ms ({speed['format']})"
+        speed_text = (f"{speed['sentences_per_s']:,.0f} sent/s, p50 {speed['p50_ms']:.2f} ms ({speed['format']}; "
+                      f"{speed.get('machine') or 'machine not recorded'})"
                       if speed.get("sentences_per_s") is not None else "–")
         table.add_row(escape(m["name"]), f"{m['size_mb']:.2f}", str(m["languages"]), str(m["dim"]),
                       escape(f"{m['tier']} ({m['licence'] or '–'})"), escape(_p1(m)), escape(speed_text),
                       escape(", ".join(m["formats"])))
     console.print(table)
+    machines = {(m.get("speed") or {}).get("machine") for m in models if (m.get("speed") or {}).get("sentences_per_s")}
+    if len(machines) > 1:  # a faster row may only be a faster machine
+        console.print("speeds are as measured at release, on the machine each row names: compare models on one "
+                      "machine with tinyglot bench --model NAME --model NAME ...", soft_wrap=True)
     console.print("load one with tinyglot.load(NAME); NAME?format=tflite-mediapipe for its MediaPipe bundle; "
                   "its card: MODEL_CARD.md in its folder", soft_wrap=True)
     return 0
