@@ -20,24 +20,12 @@ import argparse
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from tinyglot.devices.isa import ISAS, NATIVE, isa_env, masked_isa
-from tinyglot.devices.regimes import default_set_specs, load_set, sets_line
-
-
-def per_call_us(calls: Callable[[], object], n: int, repeats: int) -> float:
-    """Microseconds per call of ``calls`` (which makes ``n`` calls), the fastest of ``repeats`` passes."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        calls()
-        best = min(best, time.perf_counter() - start)
-    return best / n * 1e6
+from tinyglot.devices.regimes import default_set_specs, fastest_pass, load_set, sets_line
 
 
 def fed_inputs(enc, text: str) -> dict[str, np.ndarray]:
@@ -60,10 +48,11 @@ def measure(model: Path, sentences: list[str], repeats: int) -> dict[str, float]
         runner = Interpreter(model_path=str(model), num_threads=1).get_signature_runner(SIGNATURE)
         inputs, one, k = [fed_inputs(enc, s) for s in sentences], fed_inputs(enc, "a"), 1000
         runner(**one)
-    times = {"mediapipe": per_call_us(lambda: [embedder.embed(s) for s in sentences], len(sentences), repeats),
-             "litert": per_call_us(lambda: [runner(**x) for x in inputs], len(inputs), repeats),
-             "mediapipe fixed": per_call_us(lambda: [embedder.embed("a") for _ in range(k)], k, repeats),
-             "litert fixed": per_call_us(lambda: [runner(**one) for _ in range(k)], k, repeats),
+    n = len(sentences)
+    times = {"mediapipe": fastest_pass(lambda: [embedder.embed(s) for s in sentences], repeats) / n * 1e6,
+             "litert": fastest_pass(lambda: [runner(**x) for x in inputs], repeats) / n * 1e6,
+             "mediapipe fixed": fastest_pass(lambda: [embedder.embed("a") for _ in range(k)], repeats) / k * 1e6,
+             "litert fixed": fastest_pass(lambda: [runner(**one) for _ in range(k)], repeats) / k * 1e6,
              "ids": float(np.mean([x["ids"].shape[1] for x in inputs]))}
     enc.close()
     return times

@@ -80,13 +80,18 @@ def time_regime(encoder: Any, sentences: Sequence[str], regime: str, repeats: in
     """Sentences/s of the fastest of ``repeats`` passes of ``regime`` over ``sentences``."""
     sentences = list(sentences)
     calls = [[sentences[i] for i in call] for call in regime_calls(len(sentences), regime, batch)]
+    best = fastest_pass(lambda: [encoder.encode(call, batch_size=batch) for call in calls], repeats)
+    return len(sentences) / max(best, 1e-9)
+
+
+def fastest_pass(run: Callable[[], object], repeats: int = 3) -> float:
+    """Seconds of the fastest of ``repeats`` (at least one) calls of ``run``."""
     best = float("inf")
     for _ in range(max(1, repeats)):
         start = time.perf_counter()
-        for call in calls:
-            encoder.encode(call, batch_size=batch)
+        run()
         best = min(best, time.perf_counter() - start)
-    return len(sentences) / max(best, 1e-9)
+    return best
 
 
 # ------------------------------------------------------------------ sentence sets
@@ -479,9 +484,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["ARRIVAL_BATCH", "BASELINE", "PROSE_MIN_WORDS", "REGIMES", "SentenceSet", "default_set_specs",
-           "load_set", "measure", "measure_target", "open_target", "pair_sentences", "parse_set", "pydoc_sentences",
-           "regime_calls", "regimes_table", "run_regime", "run_regimes", "sets_line", "time_regime", "token_counts",
-           "tokens_table"]
+           "fastest_pass", "load_set", "measure", "measure_target", "open_target", "pair_sentences", "parse_set",
+           "pydoc_sentences", "regime_calls", "regimes_table", "run_regime", "run_regimes", "sets_line",
+           "time_regime", "token_counts", "tokens_table"]
 
 
 if __name__ == "__main__":
