@@ -36,19 +36,21 @@ def cmd_models(args: argparse.Namespace) -> int:
                 "speed (1 thread)", "formats"):
         table.add_column(col, justify="right" if col in ("size MB", "languages", "dim") else "left",
                          overflow="fold")
+    machines = set()  # of the speeds shown
     for m in models:
         if "error" in m:
             table.add_row(escape(m["name"]), "", "", "", "", escape(f"error: {m['error']}"), "", "")
             continue
         speed = m.get("speed") or {}
-        speed_text = (f"{speed['sentences_per_s']:,.0f} sent/s, p50 {speed['p50_ms']:.2f} ms ({speed['format']}; "
-                      f"{speed.get('machine') or 'machine not recorded'})"
-                      if speed.get("sentences_per_s") is not None else "–")
+        speed_text = "–"
+        if speed.get("sentences_per_s") is not None:
+            machines.add(speed.get("machine"))
+            speed_text = (f"{speed['sentences_per_s']:,.0f} sent/s, p50 {speed['p50_ms']:.2f} ms ({speed['format']}; "
+                          f"{speed.get('machine') or 'machine not recorded'})")
         table.add_row(escape(m["name"]), f"{m['size_mb']:.2f}", str(m["languages"]), str(m["dim"]),
                       escape(f"{m['tier']} ({m['licence'] or '–'})"), escape(_p1(m)), escape(speed_text),
                       escape(", ".join(m["formats"])))
     console.print(table)
-    machines = {(m.get("speed") or {}).get("machine") for m in models if (m.get("speed") or {}).get("sentences_per_s")}
     if len(machines) > 1:  # a faster row may only be a faster machine
         console.print("speeds are as measured at release, on the machine each row names: compare models on one "
                       "machine with tinyglot bench --model NAME --model NAME ...", soft_wrap=True)
