@@ -23,6 +23,10 @@ class StudentConfig:
     # Dimension of the sentence embedding: 0 = hidden_size (LEALLA); else a linear map from the pooled
     # hidden states (a wide, shallow encoder with a small embedding).
     output_dim: int = 0
+    # Width of the token and position tables: 0 = hidden_size (a BertModel); else a factorised table
+    # (ALBERT's: vocabulary -> embedding_size -> a linear map to hidden_size, each layer its own weights,
+    # an AlbertModel), so that a bundle of a given size holds more pieces.
+    embedding_size: int = 0
     # Input embeddings (distill/teacher_init.py): "teacher" starts them from the teacher: its own
     # token/position embeddings projected on their top hidden_size principal directions when it is a
     # tinyglot teacher with the student's vocabulary, else its embeddings of every vocabulary piece,
@@ -41,6 +45,11 @@ class StudentConfig:
     def embedding_dim(self) -> int:
         return self.output_dim or self.hidden_size
 
+    @property
+    def table_dim(self) -> int:
+        """The width of the token table: ``embedding_size`` when factorised, else ``hidden_size``."""
+        return self.embedding_size or self.hidden_size
+
     def validate(self) -> None:
         validate_positive(self, ("hidden_size", "num_layers", "num_heads", "ffn_size", "max_len"), "student")
         if self.init not in self.INITS:
@@ -49,6 +58,14 @@ class StudentConfig:
         if self.output_dim < 0:
             raise TinyglotError(f"student output_dim must be >= 0, got {self.output_dim}",
                                 "use 0 for the hidden size, or the embedding dimension you want")
+        if self.embedding_size < 0 or self.embedding_size > self.hidden_size:
+            raise TinyglotError(f"student embedding_size must be from 0 to hidden_size ({self.hidden_size}), got "
+                                f"{self.embedding_size}", "use 0 for a table as wide as the hidden size, or a "
+                                "smaller width for a factorised table")
+        if self.embedding_size and self.init == "teacher-layers":
+            raise TinyglotError("student.init=teacher-layers copies e5-small's full-width token table; it cannot "
+                                f"start a factorised one (embedding_size {self.embedding_size})",
+                                "set student.embedding_size=0, or student.init=teacher")
         if self.hidden_size % self.num_heads:
             raise TinyglotError(f"student hidden_size {self.hidden_size} is not divisible by num_heads "
                                 f"{self.num_heads}", "pick a head count that divides the hidden size")

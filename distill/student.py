@@ -1,5 +1,6 @@
-"""Thin-deep LEALLA students: a ``transformers`` BertModel with mean pooling, saved and loaded
-like any transformers model, plus tinyglot's tokenizer and config."""
+"""Thin-deep LEALLA students: a ``transformers`` BertModel (an AlbertModel with its own weights in each
+layer when the token table is factorised) with mean pooling, saved and loaded like any transformers model,
+plus tinyglot's tokenizer and config."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from torch import nn
-from transformers import BertModel
+from transformers import AlbertModel, BertModel
 
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
@@ -36,8 +37,7 @@ class Student(nn.Module):
         if cfg.vocab_size <= 0:
             raise TinyglotError("the student's vocab_size is not set", "build the student from a tokenizer")
         self.cfg = cfg
-        self.encoder = BertModel(bert_config(cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
-                                             cfg.ffn_size, cfg.max_len, cfg.dropout), add_pooling_layer=False)
+        self.encoder = encoder_class(cfg)(encoder_config(cfg), add_pooling_layer=False)
         self.output = nn.Linear(cfg.hidden_size, cfg.output_dim) if cfg.output_dim else None
         self.fd_proj = nn.Linear(cfg.embedding_dim, teacher_dim) if teacher_dim else None
 
@@ -65,6 +65,26 @@ class Student(nn.Module):
         enc = sum(p.numel() for p in self.encoder.encoder.parameters())
         out = sum(p.numel() for p in self.output.parameters()) if self.output is not None else 0
         return {"embedding": emb, "encoder": enc, "output": out, "total": emb + enc + out}
+
+
+def encoder_class(cfg: StudentConfig) -> type[AlbertModel] | type[BertModel]:
+    return AlbertModel if cfg.embedding_size else BertModel
+
+
+def encoder_config(cfg: StudentConfig):
+    """The ``transformers`` config of the student's encoder: BERT's, or for a factorised table ALBERT's with
+    one layer a group (no layer shares weights) and BERT's activation, so that only the table differs."""
+    if not cfg.embedding_size:
+        return bert_config(cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.ffn_size,
+                           cfg.max_len, cfg.dropout)
+    from transformers import AlbertConfig
+
+    return AlbertConfig(vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size, hidden_size=cfg.hidden_size,
+                        num_hidden_layers=cfg.num_layers, num_hidden_groups=cfg.num_layers, inner_group_num=1,
+                        num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size, hidden_act="gelu",
+                        hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
+                        classifier_dropout_prob=cfg.dropout, max_position_embeddings=cfg.max_len, type_vocab_size=1,
+                        pad_token_id=0)
 
 
 def least_squares_head(head: nn.Linear, x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-4) -> None:
@@ -97,7 +117,7 @@ def init_from_teacher_pca(model: Student, tables: dict[str, torch.Tensor]) -> fl
     """Project the teacher's embedding tables onto the top ``hidden_size`` principal directions of
     its (centred) token embeddings and copy them into the student; returns the variance kept."""
     word = tables["word_embeddings"]
-    d = model.cfg.hidden_size
+    d = model.cfg.table_dim
     if word.shape[0] != model.cfg.vocab_size or word.shape[1] < d:
         raise TinyglotError(f"teacher embeddings {tuple(word.shape)} cannot initialise a "
                             f"{model.cfg.vocab_size} x {d} student", "use --set student.init=random")
@@ -111,7 +131,23 @@ def init_from_teacher_pca(model: Student, tables: dict[str, torch.Tensor]) -> fl
             src, dst = tables[name], getattr(ours, name).weight
             rows = min(src.shape[0], dst.shape[0])
             dst[:rows].copy_(src[:rows] @ basis)
+    init_table_map(model)
     return float((sv[:d] ** 2).sum() / (sv ** 2).sum())
+
+
+def init_table_map(model: Student) -> None:
+    """A factorised table's map to the hidden size (ALBERT's ``embedding_hidden_mapping_in``) set to an
+    isometry scaled by sqrt(hidden / embedding_size): the first layer then sees the teacher-started table's
+    geometry, at the per-dimension scale of BERT's normalised embeddings; a no-op for a BertModel."""
+    mapping = getattr(model.encoder.encoder, "embedding_hidden_mapping_in", None)
+    if mapping is None:
+        return
+    out_dim, in_dim = mapping.weight.shape
+    generator = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(out_dim, in_dim, generator=generator, dtype=torch.float64))
+    with torch.no_grad():
+        mapping.weight.copy_((q * (out_dim / in_dim) ** 0.5).to(mapping.weight))
+        mapping.bias.zero_()
 
 
 def save_student(model: Student, tokenizer: Tokenizer, out: str | Path, extra: dict | None = None) -> Path:
@@ -161,18 +197,21 @@ def load_student_model(path: str | Path) -> tuple[Student, Tokenizer, dict]:
                               "use the tokenizer the student was trained with")
     model_dir = model_subfolder(path, "model")
     weights = sorted(model_dir.glob("*.safetensors")) if model_dir.is_dir() else []
+    factorised = {"embedding_size": scfg.embedding_size} if scfg.embedding_size else {}
     check_model_shape(path / "config.json", {"vocab_size": scfg.vocab_size, "hidden_size": scfg.hidden_size,
                                              "num_layers": scfg.num_layers, "num_heads": scfg.num_heads,
-                                             "ffn_size": scfg.ffn_size, "max_len": scfg.max_len}, weights=weights)
+                                             "ffn_size": scfg.ffn_size, "max_len": scfg.max_len, **factorised},
+                      weights=weights)
     if model_dir.is_dir():
         check_transformers_folder(model_dir, path, {
-            "model_type": "bert", "vocab_size": scfg.vocab_size, "hidden_size": scfg.hidden_size,
-            "num_hidden_layers": scfg.num_layers, "num_attention_heads": scfg.num_heads,
-            "intermediate_size": scfg.ffn_size, "max_position_embeddings": scfg.max_len, "type_vocab_size": 1,
-            "pad_token_id": 0})
+            "model_type": "albert" if factorised else "bert", "vocab_size": scfg.vocab_size,
+            "hidden_size": scfg.hidden_size, "num_hidden_layers": scfg.num_layers,
+            "num_attention_heads": scfg.num_heads, "intermediate_size": scfg.ffn_size,
+            "max_position_embeddings": scfg.max_len, "type_vocab_size": 1, "pad_token_id": 0,
+            **({**factorised, "num_hidden_groups": scfg.num_layers, "inner_group_num": 1} if factorised else {})})
     model = Student(scfg)
     try:
-        model.encoder = BertModel.from_pretrained(model_dir, add_pooling_layer=False, local_files_only=True)
+        model.encoder = encoder_class(scfg).from_pretrained(model_dir, add_pooling_layer=False, local_files_only=True)
     # a truncated model.safetensors; odd values in model/config.json (transformers asserts on some)
     except (OSError, ValueError, RuntimeError, TypeError, AssertionError, SafetensorError) as exc:
         raise CheckpointError(f"the student weights in {path / 'model'} cannot be read ({exc})",

@@ -42,6 +42,7 @@ from tinyglot.errors import TinyglotError
 from tinyglot.tokenizer import Tokenizer
 
 from .config import StudentConfig
+from .student import init_table_map
 
 if TYPE_CHECKING:
     from tinyglot.data import Pair
@@ -150,6 +151,7 @@ def init_from_vocabulary(model, vocab: VocabularyEmbeddings, rms_factor: float |
     with torch.no_grad():
         rows = torch.from_numpy(vocab.ids)
         table[rows, : proj.shape[1]] = torch.from_numpy(proj * scale).to(table)
+    init_table_map(model)
     return {"pieces": int(len(vocab.ids)), "columns": int(proj.shape[1]), "teacher_dim": int(vocab.rows.shape[1]),
             "variance_kept": kept, "scale": scale, "rms": target}
 
