@@ -11,7 +11,8 @@ from tinyglot.errors import TinyglotError
 
 @dataclass
 class StudentConfig:
-    """A thin-deep BertModel student; its embedding dimension is ``hidden_size``."""
+    """A thin-deep BertModel student (an AlbertModel when its token table is factorised); its embedding
+    dimension is ``hidden_size`` (or ``output_dim``)."""
 
     hidden_size: int = 128
     num_layers: int = 24

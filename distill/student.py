@@ -114,8 +114,9 @@ def teacher_input_embeddings(teacher, tokenizer: Tokenizer) -> dict[str, torch.T
 
 
 def init_from_teacher_pca(model: Student, tables: dict[str, torch.Tensor]) -> float:
-    """Project the teacher's embedding tables onto the top ``hidden_size`` principal directions of
-    its (centred) token embeddings and copy them into the student; returns the variance kept."""
+    """Project the teacher's embedding tables onto the top principal directions of its (centred) token
+    embeddings, as many as the student's table is wide, and copy them into the student; returns the
+    variance kept."""
     word = tables["word_embeddings"]
     d = model.cfg.table_dim
     if word.shape[0] != model.cfg.vocab_size or word.shape[1] < d:
