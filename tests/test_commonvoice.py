@@ -82,6 +82,17 @@ def test_locale_codes_map_to_tinyglots():
         assert cv.commonvoice_lang(locale) is None
 
 
+def test_e5_smalls_languages_keep_kurmanji_and_leave_sorani_out(tmp_path):
+    """`tinyglot data general`'s default --languages e5-small: CC-100's Kurdish is Kurmanji (kmr)."""
+    from tinyglot.languages import language_list
+
+    folder = tmp_path / "cv"
+    folder.mkdir()
+    for locale, line in (("kmr", "Ez ji Kurdistanê me."), ("ckb", "من خەڵکی کوردستانم."), ("de", "Gut.")):
+        (folder / f"{locale}.txt").write_text(line + "\n", encoding="utf-8")
+    assert cv.read_commonvoice(folder, set(language_list("e5-small"))).counts() == {"de": 1, "kmr": 1}
+
+
 @pytest.mark.parametrize("damage,problem", [
     (lambda f: (f / "de.txt").write_text("\n \n", encoding="utf-8"), "de.txt: holds no sentence"),
     (lambda f: (f / "de.txt").write_bytes(b"Gut.\n\xff\xfe kaputt\n"), "de.txt: line 2 is not UTF-8"),
