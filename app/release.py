@@ -681,7 +681,7 @@ def _student_info(student: Path) -> dict[str, Any]:
     # embedding_size: the token table's width when it is factorised (0, not shown, when it is hidden_size wide)
     shape_text = ", ".join(f"{k} {shape[k]}" for k in ("num_layers", "hidden_size", "num_heads", "ffn_size",
                                                        "vocab_size", "embedding_size", "embedding_dim")
-                           if shape.get(k) or (k in shape and k != "embedding_size"))
+                           if k in shape and (k != "embedding_size" or shape[k]))
     params = cfg.get("parameters", {})
     if isinstance(params, dict) and params.get("total"):
         shape_text += f"; {params['total']:,} parameters"
