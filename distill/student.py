@@ -14,8 +14,8 @@ from transformers import AlbertModel, BertModel
 from tinyglot.config import from_dict, to_dict
 from tinyglot.errors import CheckpointError, TinyglotError
 from tinyglot.io import atomic_folder, atomic_write_json
-from tinyglot.models import (TorchEncoder, bert_config, check_model_shape, check_transformers_folder, config_section,
-                             load_folder_tokenizer, mean_pool, model_subfolder, read_model_config)
+from tinyglot.models import (TorchEncoder, albert_config, bert_config, check_model_shape, check_transformers_folder,
+                             config_section, load_folder_tokenizer, mean_pool, model_subfolder, read_model_config)
 from tinyglot.tokenizer import Tokenizer
 from tinyglot.training import select_device
 
@@ -77,14 +77,8 @@ def encoder_config(cfg: StudentConfig):
     if not cfg.embedding_size:
         return bert_config(cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.ffn_size,
                            cfg.max_len, cfg.dropout)
-    from transformers import AlbertConfig
-
-    return AlbertConfig(vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size, hidden_size=cfg.hidden_size,
-                        num_hidden_layers=cfg.num_layers, num_hidden_groups=cfg.num_layers, inner_group_num=1,
-                        num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size, hidden_act="gelu",
-                        hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
-                        classifier_dropout_prob=cfg.dropout, max_position_embeddings=cfg.max_len, type_vocab_size=1,
-                        pad_token_id=0)
+    return albert_config(cfg.vocab_size, cfg.embedding_size, cfg.hidden_size, cfg.num_heads, cfg.ffn_size,
+                         cfg.max_len, cfg.dropout, layers=cfg.num_layers, groups=cfg.num_layers, inner=1)
 
 
 def least_squares_head(head: nn.Linear, x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-4) -> None:

@@ -42,6 +42,20 @@ def bert_config(vocab_size: int, hidden: int, layers: int, heads: int, ffn: int,
                       type_vocab_size=1, pad_token_id=0)
 
 
+def albert_config(vocab_size: int, embedding_size: int, hidden: int, heads: int, ffn: int, max_len: int,
+                  dropout: float, *, layers: int, groups: int, inner: int, act: str = "gelu"):
+    """A ``transformers`` AlbertConfig: a factorised token table (vocab -> ``embedding_size`` -> ``hidden``) and
+    ``layers`` applications of ``groups`` groups of ``inner`` layers (groups == layers, inner 1: no sharing);
+    no token types, pad id 0, as ``bert_config``."""
+    from transformers import AlbertConfig
+
+    return AlbertConfig(vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=hidden,
+                        num_hidden_layers=layers, num_hidden_groups=groups, inner_group_num=inner,
+                        num_attention_heads=heads, intermediate_size=ffn, hidden_act=act,
+                        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+                        max_position_embeddings=max_len, type_vocab_size=1, pad_token_id=0)
+
+
 def mean_pool(hidden, mask):
     """Mean of ``hidden`` (B, L, D) over positions where ``mask`` (B, L) is 1."""
     m = mask.unsqueeze(-1).to(hidden.dtype)

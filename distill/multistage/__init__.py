@@ -33,13 +33,13 @@ from __future__ import annotations
 from .io import (ASSISTANT_KINDS, HEADS_FILE, KIND_ASSISTANT, KIND_STUDENT, LOADER, load_assistant, load_ms_model,
                  load_multistage, resave_ms_model, save_ms_model, weights_sha)
 from .losses import contrastive_loss, hard_label_loss, masked_mse, mcl_loss, mse, pair_mse, soft_ce_loss
-from .model import MSModel, albert_config, build_student, init_unit_from_assistant, unit_layers, unit_mismatch
+from .model import MSModel, build_student, encoder_config, init_unit_from_assistant, unit_layers, unit_mismatch
 from .report import DEFAULT_TEACHER, evaluate_models, multistage_trainer, run_multistage, write_ms_report
 from .trainer import STAGES, Batch, MultiStageTrainer, StageResult, parse_stages, trajectory
 
 __all__ = [
     "ASSISTANT_KINDS", "DEFAULT_TEACHER", "HEADS_FILE", "KIND_ASSISTANT", "KIND_STUDENT", "LOADER", "STAGES", "Batch",
-    "MSModel", "MultiStageTrainer", "StageResult", "albert_config", "build_student", "contrastive_loss",
+    "MSModel", "MultiStageTrainer", "StageResult", "build_student", "contrastive_loss", "encoder_config",
     "evaluate_models", "hard_label_loss", "init_unit_from_assistant", "load_assistant", "load_ms_model",
     "load_multistage", "masked_mse", "mcl_loss", "mse", "multistage_trainer", "pair_mse", "parse_stages",
     "resave_ms_model", "run_multistage", "save_ms_model", "soft_ce_loss", "trajectory", "unit_layers", "unit_mismatch",

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from tinyglot.errors import TinyglotError
+from tinyglot.models import albert_config
 from tinyglot.models import mean_pool
 
 from ..ms_config import MSStudentConfig
@@ -56,18 +57,13 @@ class MSModel(nn.Module):
         return {"embedding": emb, "encoder": total - emb, "total": total, "projections": count(self.heads)}
 
 
-def albert_config(cfg: MSStudentConfig):
+def encoder_config(cfg: MSStudentConfig):
     """Recurrent: one layer group of M layers run ``passes`` times.  Not recurrent: passes * M groups
     of one layer each (every application has its own weights)."""
-    from transformers import AlbertConfig
-
     depth = cfg.passes * cfg.unit_layers
     layers, groups, inner = (cfg.passes, 1, cfg.unit_layers) if cfg.recurrent else (depth, depth, 1)
-    return AlbertConfig(vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size, hidden_size=cfg.hidden_size,
-                        num_hidden_layers=layers, num_hidden_groups=groups, inner_group_num=inner,
-                        num_attention_heads=cfg.num_heads, intermediate_size=cfg.ffn_size, hidden_act=cfg.hidden_act,
-                        hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
-                        max_position_embeddings=cfg.max_len, type_vocab_size=1, pad_token_id=0)
+    return albert_config(cfg.vocab_size, cfg.embedding_size, cfg.hidden_size, cfg.num_heads, cfg.ffn_size,
+                         cfg.max_len, cfg.dropout, layers=layers, groups=groups, inner=inner, act=cfg.hidden_act)
 
 
 def build_student(cfg: MSStudentConfig, heads: dict[str, tuple[int, int]] | None = None) -> MSModel:
@@ -76,7 +72,7 @@ def build_student(cfg: MSStudentConfig, heads: dict[str, tuple[int, int]] | None
     cfg.validate()
     if cfg.vocab_size <= 0 or cfg.hidden_size <= 0:
         raise TinyglotError("the student's vocabulary or hidden size is not set", "resolve it from the assistant")
-    return MSModel(AlbertModel(albert_config(cfg), add_pooling_layer=False), heads)
+    return MSModel(AlbertModel(encoder_config(cfg), add_pooling_layer=False), heads)
 
 
 def unit_layers(albert) -> list[nn.Module]:
@@ -116,5 +112,5 @@ def init_unit_from_assistant(albert, bert, unit: int) -> str | None:
     return None
 
 
-__all__ = ["LAYER_MAP", "MSModel", "albert_config", "build_student", "init_unit_from_assistant", "unit_layers",
+__all__ = ["LAYER_MAP", "MSModel", "build_student", "encoder_config", "init_unit_from_assistant", "unit_layers",
            "unit_mismatch"]
