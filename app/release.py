@@ -265,11 +265,12 @@ def _pct(value: Any) -> float | None:
 
 
 def _eval_json_p1(data: Any, where: str) -> dict[str, float]:
-    """Per-language P@1 (percent) of a ``tinyglot eval --json`` result (fractions) or a ``{lang: percent}`` map."""
+    """Per-language P@1 (percent, unrounded: the card's means are taken before rounding) of a ``tinyglot eval
+    --json`` result (fractions) or a ``{lang: percent}`` map."""
     if isinstance(data, dict) and isinstance(data.get("languages"), list):
-        return {str(r["lang"]): round(100 * float(r["mean"]), 2) for r in data["languages"]}
+        return {str(r["lang"]): 100 * float(r["mean"]) for r in data["languages"]}
     if isinstance(data, dict) and all(isinstance(v, (int, float)) for v in data.values()):
-        return {str(k): round(float(v), 2) for k, v in data.items()}
+        return {str(k): float(v) for k, v in data.items()}
     raise TinyglotError(f"{where} is neither a `tinyglot eval --json` result nor a {{language: P@1}} map")
 
 
@@ -377,7 +378,8 @@ def read_results(card: dict, base: Path, name: str, teacher_spec: str) -> tuple[
         langs = sorted(set().union(*(set(c) for c in cols.values()))) if cols else []
         table = {lang: {col: _pct(cols.get(col, {}).get(lang)) for col in COLUMNS} for lang in langs}
         shared = [lang for lang in langs if all(cols.get(c, {}).get(lang) is not None for c in cols)]
-        mean = {col: (round(statistics.fmean(cols[col][lang] for lang in shared), 2)
+        # three decimals, so that the card's one-decimal figure is the run report's (no rounding twice)
+        mean = {col: (round(statistics.fmean(cols[col][lang] for lang in shared), 3)
                       if col in cols and shared else None) for col in COLUMNS}
         tests[test] = {"languages": table, "mean": mean, "mean_over": shared}
     return {"source": source, "teacher": teacher_spec, "tests": tests}, speed

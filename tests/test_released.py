@@ -563,6 +563,18 @@ def test_results_in_every_accepted_form(tmp_path):
         read_results({"results": {"t": {"student": {"de": 1}, "labse": {"de": 2}}}}, tmp_path, "x", "e5-small")
 
 
+def test_card_means_are_taken_before_rounding(tmp_path):
+    """A language's P@1 rounded to two decimals, then its mean to one, would show 44.8 for a run that reports
+    44.7 (tinyglot-mini's narrative test, 44.7475): the card's one-decimal figure is the run report's."""
+    from tinyglot.app.release import read_results
+
+    card = {"results": {"general": {"student": {"de": 44.7475, "ja": 44.7475}, "teacher": {"de": 87.6, "ja": 87.6}}}}
+    results, _ = read_results(card, tmp_path, "x", "e5-small")
+    mean = results["tests"]["general"]["mean"]
+    assert f"{mean['student']:.1f}" == "44.7" and mean["teacher"] == 87.6
+    assert results["tests"]["general"]["languages"]["de"]["student"] == 44.75   # the table keeps two decimals
+
+
 def test_source_counts_name_each_source_once_largest_first():
     rows = [("django", "BSD-3-Clause", "de"), ("general:fortunes-it", "public-domain", "it"),
             ("django", "BSD-3-Clause", "fr"), ("", "", "ja")]
