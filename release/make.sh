@@ -35,7 +35,7 @@ case $name in
     # tinyglot-base's pieces on the share-alike tier: its text plus CC-BY-SA game text (cataclysm-dda, flare, supertux)
     # and, in the vocabulary's sample, the build's word lists (vocab_words=auto: GENERAL/words); narrative P@1
     # 62.2 -> 73.7 (docs/results.md#released); the weights under CC-BY-SA-4.0. fast-small's 1,024-wide feed-forward
-    # block: narrative 73.7 -> 75.0 for 0.72-0.87x the speed, 1.9x USE-m or more on AVX2 kernels (docs/results.md#ablations-what-was-tried)
+    # block: narrative 73.7 -> 75.0 for 0.72-0.87x the speed, 1.9x USE-m or more on AVX2 kernels (results.md#ablations)
     tinyglot-base-sa) student=(--set distill.vocab_size=160000 --set distill.overrides.student.ffn_size=1024)
                       formats=onnx-text; max_mb=33; tier=share-alike ;;
     *) echo "release/make.sh: no recipe for $name (tinyglot-small, tinyglot-mini, tinyglot-base, tinyglot-base-sa)" >&2

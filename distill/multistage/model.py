@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from tinyglot.errors import TinyglotError
-from tinyglot.models import albert_config
-from tinyglot.models import mean_pool
+from tinyglot.models import albert_config, mean_pool
 
 from ..ms_config import MSStudentConfig
 
