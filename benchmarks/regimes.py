@@ -69,7 +69,11 @@ def main(argv=None) -> int:
     from tinyglot.devices.profiles import detect_host
 
     budget = next((r["padding_budget"] for r in rows if "padding_budget" in r), None)
-    print(f"{detect_host()['cpu_model']}, {os.cpu_count()} cores, {args.threads} thread(s), fastest of "
+    # a run under `taskset` (every model's process pinned to the same cores) says so: MediaPipe's worker threads
+    # hop between cores otherwise, and pinned its files run 1.4-1.5x faster on a 2-core VM (docs/results.md)
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pinned = f" (pinned to CPU {', '.join(map(str, cpus))})" if cpus and len(cpus) < (os.cpu_count() or 0) else ""
+    print(f"{detect_host()['cpu_model']}, {os.cpu_count()} cores{pinned}, {args.threads} thread(s), fastest of "
           f"{args.repeats} passes x {args.rounds} round(s); padding budget {budget}; ISA: {ISAS[args.isa]}")
     print(sets_line(sets) + "\n")
     print(regimes_table(rows, sets, args.baseline))
@@ -78,7 +82,7 @@ def main(argv=None) -> int:
     if args.json:
         sets_info = [{"name": s.name, "source": s.source, "min_words": s.min_words, "sentences": len(s.sentences),
                       "chars": s.chars()} for s in sets]
-        args.json.write_text(json.dumps({"settings": vars(args) | {"sets": specs}, "host": detect_host(),
+        args.json.write_text(json.dumps({"settings": vars(args) | {"sets": specs, "cpus": cpus}, "host": detect_host(),
                                          "sets": sets_info, "rows": rows}, indent=2, default=str))
     return 0
 

@@ -622,6 +622,46 @@ def test_e5_profile_end_to_end_at_tiny_size(tmp_path):
     assert model_rows and all(cell.strip() != "–" for cell in model_rows[0][7:10])  # p50, p90, sentences/s
 
 
+def test_a_fixed_models_results_are_kept_by_the_test_sets_content_not_its_path(tmp_path, monkeypatch,
+                                                                                tiny_teacher_dir):
+    """The same check in another folder (each tier's general build writes the same held-out tests) reuses a
+    fixed model's rows and result from $TINYGLOT_HOME/eval-cache; a changed byte or file name does not."""
+    import tinyglot
+    from tinyglot.app.pipeline.stages import EvalModel, eval_on, test_content_key
+    from tinyglot.evaluation.teacher_check import read_mono_check
+
+    monkeypatch.setenv("TINYGLOT_HOME", str(tmp_path / "home"))
+    first = tmp_path / "permissive" / "commonvoice-test"
+    (first / "fit").mkdir(parents=True)
+    for lang, words in (("de", ("Hund", "Katze", "Haus")), ("fr", ("chien", "chat", "maison"))):
+        lines = [f"{w} {i} {w2}." for i in range(30) for w in words for w2 in words[:2]]
+        (first / f"{lang}.txt").write_text("\n".join(lines[:10]) + "\n", encoding="utf-8")
+        (first / "fit" / f"{lang}.txt").write_text("\n".join(lines[10:]) + "\n", encoding="utf-8")
+    second = tmp_path / "sharealike" / "commonvoice-test"
+    shutil.copytree(first, second)
+    opened: list[str] = []
+
+    def teacher() -> object:
+        opened.append("teacher")
+        return tinyglot.load(str(tiny_teacher_dir))
+
+    def evaluate(check: Path, run: str) -> dict:
+        ctx, _ = _ctx(tmp_path / run)
+        model = EvalModel("teacher", "teacher", str(tiny_teacher_dir), "tiny-teacher", teacher, shared=True)
+        [row] = eval_on(ctx, [model], read_mono_check(check), "cv", test_content_key(check, 300, "cv"))
+        return row
+
+    assert not evaluate(first, "run-1")["cached"] and opened == ["teacher"]  # it embeds the check once
+    row = evaluate(second, "run-2")
+    assert row["cached"] and opened == ["teacher"] and row["result"]["primary_metric"] == 1.0
+    assert test_content_key(first, 300, "cv") != test_content_key(first, 100, "cv")
+    (second / "fit" / "fr.txt").write_text("chien 0 chien.\nchat 1 chat.\n", encoding="utf-8")
+    assert not evaluate(second, "run-3")["cached"] and opened == ["teacher", "teacher"]
+    (second / "de.txt").rename(second / "nl.txt")
+    (second / "fit" / "de.txt").rename(second / "fit" / "nl.txt")
+    assert test_content_key(second, 300, "cv")["files"].keys() == {"nl.txt", "fr.txt", "fit/nl.txt", "fit/fr.txt"}
+
+
 def test_an_auto_check_the_general_build_has_not_is_left_out(tmp_path, monkeypatch):
     """commonvoice=auto (the e5 profile's) is left out when `tinyglot data general` was built without
     --commonvoice; general=auto missing from a build is still an error."""

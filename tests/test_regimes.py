@@ -5,6 +5,7 @@ no timings and asserts none (``benchmarks/regimes.py`` measures)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -164,3 +165,16 @@ def test_the_benchmark_says_a_bad_input_in_two_lines_not_a_traceback(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.startswith(f"error: no test set or corpus at {tmp_path / 'none'}") and "fix:" in proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs 2 CPUs, Linux")
+def test_a_pinned_run_says_its_cpus_in_the_header_and_the_json(onnx_bundle, tmp_path):
+    """Under `taskset` every model's process inherits the pinning; the table's header and --json say which CPU."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "regimes.py"
+    out = tmp_path / "regimes.json"
+    proc = subprocess.run([sys.executable, str(script), str(onnx_bundle), "--test", "a=embedded", "--max-sentences",
+                           "8", "--repeats", "1", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{os.cpu_count()} cores (pinned to CPU 0), 1 thread(s)" in proc.stdout.splitlines()[0]
+    assert json.loads(out.read_text())["settings"]["cpus"] == [0]

@@ -268,6 +268,15 @@ def extra_testset_inputs(cfg: PipelineConfig, name: str, path: str) -> dict[str,
             "files": data_fingerprint(Path(path))}
 
 
+def test_content_key(root: Path, pairs_per_lang: int, name: str = "") -> dict[str, Any]:
+    """What an evaluation on a test set is cached by: its files' content under their names within the set, not
+    its path, so that the same set in another folder (each tier's general build writes the same held-out
+    tests) reuses e5-small's results and its rows of a check; and the pairs a language it takes."""
+    files = data_fingerprint(root)
+    names = {(str(Path(f).relative_to(root)) if root.is_dir() else Path(f).name): d for f, d in files.items()}
+    return {"name": name, "test_pairs_per_lang": pairs_per_lang, "files": names}
+
+
 def export_bundle(fmt: str, quant: str, student: Path, out: Path, section: ExportSection, testset: dict,
                   say: Say):
     """One bundle with the export stage's functions; returns its ``ExportResult``.  Each format's exporter
@@ -415,7 +424,8 @@ def read_cached_result(path: Path) -> BitextResult | None:
 
 def eval_on(ctx: RunContext, models: list[EvalModel], testset: Any, name: str, inputs: dict[str, Any],
             label: str = "") -> list[dict[str, Any]]:
-    """Every model of ``models`` evaluated on ``testset`` (each result cached by model and test set): bitext
+    """Every model of ``models`` evaluated on ``testset`` (each result cached by model and the set's
+    :func:`test_content_key`, ``inputs``): bitext
     P@1 on a ``{lang: pairs}`` test, teacher retrieval on a monolingual check (``MonoCheck``: TF-IDF, whose
     sparse space no linear map is fitted from, is left out)."""
     from tinyglot.evaluation import evaluate_bitext
@@ -498,11 +508,13 @@ def check_teacher_rows(ctx: RunContext, models: list[EvalModel], check: Any, inp
 
 def run_eval(ctx: RunContext) -> StageOutput:
     models = eval_models(ctx)
-    rows = eval_on(ctx, models, ctx.testset(), ctx.testset_name(), testset_inputs(ctx.cfg))
+    pairs = ctx.cfg.data.test_pairs_per_lang
+    rows = eval_on(ctx, models, ctx.testset(), ctx.testset_name(),
+                   test_content_key(corpus_path(ctx.cfg.data.test, test=True), pairs, ctx.testset_name()))
     extra: list[dict[str, Any]] = []
     for (name, testset), (_, path) in zip(ctx.extra_testsets(), ctx.cfg.data.extra_tests(), strict=True):
         extra.append({"name": name, "testset": path, "kind": test_kind(testset),
-                      "models": eval_on(ctx, models, testset, name, extra_testset_inputs(ctx.cfg, name, path),
+                      "models": eval_on(ctx, models, testset, name, test_content_key(Path(path), pairs, name),
                                         f" [{name}]")})
     results = {"testset": ctx.testset_name(), "models": rows, "extra": extra}
     atomic_write_json(ctx.out / "eval" / "results.json", results)
