@@ -70,7 +70,7 @@ def main(argv=None) -> int:
 
     budget = next((r["padding_budget"] for r in rows if "padding_budget" in r), None)
     # a run under `taskset` (every model's process pinned to the same cores) says so: MediaPipe's worker threads
-    # hop between cores otherwise, and pinned its files run 1.4-1.5x faster on a 2-core VM (docs/results.md)
+    # hop between cores otherwise, and pinned its files ran 1.3-1.5x faster in batches on a 2-core VM (docs/results.md)
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     pinned = f" (pinned to CPU {', '.join(map(str, cpus))})" if cpus and len(cpus) < (os.cpu_count() or 0) else ""
     print(f"{detect_host()['cpu_model']}, {os.cpu_count()} cores{pinned}, {args.threads} thread(s), fastest of "

@@ -272,8 +272,8 @@ def test_content_key(root: Path, pairs_per_lang: int, name: str = "") -> dict[st
     """What an evaluation on a test set is cached by: its files' content under their names within the set, not
     its path, so that the same set in another folder (each tier's general build writes the same held-out
     tests) reuses e5-small's results and its rows of a check; and the pairs a language it takes."""
-    files = data_fingerprint(root)
-    names = {(str(Path(f).relative_to(root)) if root.is_dir() else Path(f).name): d for f, d in files.items()}
+    base = root if root.is_dir() else root.parent
+    names = {str(Path(f).relative_to(base)): d for f, d in data_fingerprint(root).items()}
     return {"name": name, "test_pairs_per_lang": pairs_per_lang, "files": names}
 
 
