@@ -165,7 +165,7 @@ def _row(profile: DeviceProfile, m: BenchModel, r: dict, host: dict, version: st
     extra = {k: r.get(k) for k in ("stopped_by", "min_queries", "min_seconds", "max_seconds", "warmup_ms",
                                    "base_rss_mb", "after_load_rss_mb", "qps", "real_token_fraction",
                                    "output_shape", "pinned_cpus", "n_sentences", "input_rows", "latencies_ms",
-                                   "tokenisation")
+                                   "tokenisation", "frameworks")
              if r.get(k) is not None}
     extra.update(r.get("info") or {})
     return {

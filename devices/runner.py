@@ -354,6 +354,10 @@ class OnnxTextRuntime:
         return self.session.run([self.output], prepared)[0]
 
 
+# The frameworks a measured process may load: its result lists those it did (peak memory includes theirs).
+FRAMEWORKS = ("ai_edge_litert", "mediapipe", "onnxruntime", "tensorflow", "tflite_runtime", "torch")
+
+
 class MediaPipeRuntime:
     """A tflite-mediapipe file run by MediaPipe's TextEmbedder: MediaPipe tokenises each string (its
     SentencePiece, from the TFLite Metadata), one string per call; a query of ``batch`` strings is
@@ -450,6 +454,9 @@ def measure(settings: dict) -> dict:
     elif settings["runtime"] in ("onnx", "onnx-text"):
         import onnxruntime  # noqa: F401
     elif settings["runtime"] == "mediapipe":
+        # MediaPipe imports TensorFlow, when installed, only for a decorator of its API docs: seconds of
+        # start-up and TensorFlow's log lines, hidden as tinyglot.quiet.optional_modules_hidden does
+        sys.modules.setdefault("tensorflow", None)  # type: ignore[arg-type]
         from mediapipe.tasks.python.text import text_embedder  # noqa: F401
     base_rss = _rss_bytes()
 
@@ -527,6 +534,7 @@ def measure(settings: dict) -> dict:
         "pinned_cpus": pinned, "pid": os.getpid(), "machine": platform.machine(),
         "isa": os.environ.get("TINYGLOT_CPUID_MASKED") or "native",  # set by devices/cpuid_mask.c
         "python": sys.version.split()[0], "numpy": np.__version__,
+        "frameworks": sorted(m for m in FRAMEWORKS if sys.modules.get(m) is not None),  # what shares its memory
         "info": getattr(rt, "info", {}),
     }
     if settings.get("keep_latencies"):

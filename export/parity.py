@@ -310,7 +310,7 @@ HARD_SENTENCES: tuple[str, ...] = (
     "ﬁ ℌ ① ㍻ e\u0301", "Откройте диалоговое окно и выберите нужный параметр из списка. " * 20,
     " " * 3000 + "words after many spaces", "long " * 200_000,
 )
-FORBIDDEN_MODULES = ("tinyglot", "sentencepiece", "tensorflow_text", "torch", "transformers")
+FORBIDDEN_MODULES = ("tinyglot", "sentencepiece", "tensorflow", "tensorflow_text", "torch", "transformers")
 STANDALONE_ONNX = "standalone_onnx.py"  # scripts beside this module, run with ``python -I``
 STANDALONE_MEDIAPIPE = "standalone_mediapipe.py"
 

@@ -380,6 +380,8 @@ def test_string_in_bundles_are_measured_with_tokenisation_included(student_dir, 
     for r in run.rows:
         assert r["extra"]["tokenisation"] == "included" and r["p50_ms"] > 0
         assert r["extra"]["output_shape"][0] == 2
+    # each process loads its runtime alone: MediaPipe's never imports TensorFlow (seconds of start-up)
+    assert [r["extra"]["frameworks"] for r in run.rows] == [["onnxruntime"], ["mediapipe"]][: len(bundles)]
     md = report.markdown_table(run.rows)
     assert "| tokenisation |" in md and "| included |" in md
     from tinyglot.tokenizer import Tokenizer
