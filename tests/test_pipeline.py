@@ -256,7 +256,7 @@ def test_altered_bundle_file_reruns_the_export_stage(tmp_path, student_dir):
 
 def test_teacher_bundle_is_kept_for_a_new_student_and_redone_when_altered(tmp_path, student_dir, tiny_teacher_dir):
     """A new student reruns the export stage; the teacher's bundle is reused from its record unless its
-    files or the teacher changed."""
+    files or the teacher changed: another list of bundles to make keeps it too."""
     out = tmp_path / "run"
     shutil.copytree(student_dir, out / "distill" / "student")
     (out / "teacher.json").write_text(json.dumps({"spec": str(tiny_teacher_dir)}))
@@ -279,6 +279,9 @@ def test_teacher_bundle_is_kept_for_a_new_student_and_redone_when_altered(tmp_pa
     assert export_for("two") == first
     assert any("the teacher's teacher-onnx-dynamic bundle is reused" in m for m in messages)
     assert not any("export: the teacher as" in m for m in messages)
+    ctx.cfg.export.formats = [("onnx", "dynamic"), ("onnx", "none")]  # a format added to the run
+    assert export_for("two") == first and (out / "bundles" / "onnx-none" / "model.onnx").is_file()
+    assert any("the teacher's teacher-onnx-dynamic bundle is reused" in m for m in messages)
     model.write_bytes(first[:-10] + b"0123456789")  # altered: exported again
     assert export_for("three") == first
     assert any("export: the teacher as onnx (dynamic)" in m for m in messages)

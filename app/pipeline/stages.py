@@ -311,11 +311,13 @@ def run_export(ctx: RunContext) -> StageOutput:
             break
         out = ctx.bundle_dir(name)
         files.append(out)
-        # a teacher bundle depends on the teacher and the export settings only: a rerun for a new
-        # student keeps it when its record says so and its files are intact
+        # a teacher bundle depends on the teacher, its format and the export settings only (not on the
+        # lists of bundles to make): a rerun for a new student or format keeps it when its record says so
+        # and its files are intact
         record_path = out.parent / f".{name}.record.json"
-        key = hash_json({"teacher": ctx.output_hash("teacher"), "format": [fmt, quant],
-                         "export": to_dict(ctx.cfg.export), "test": testset_inputs(ctx.cfg)})
+        settings = {k: v for k, v in to_dict(ctx.cfg.export).items() if k not in ("formats", "teacher_formats")}
+        key = hash_json({"teacher": ctx.output_hash("teacher"), "format": [fmt, quant], "export": settings,
+                         "test": testset_inputs(ctx.cfg)})
         record = read_json_object(record_path) or {}
         kept = record.get("outputs")
         if record.get("key") == key and kept and outputs_intact(kept, ctx.out) is None:
