@@ -354,10 +354,6 @@ class OnnxTextRuntime:
         return self.session.run([self.output], prepared)[0]
 
 
-# The frameworks a measured process may load: its result lists those it did (peak memory includes theirs).
-FRAMEWORKS = ("ai_edge_litert", "mediapipe", "onnxruntime", "tensorflow", "tflite_runtime", "torch")
-
-
 class MediaPipeRuntime:
     """A tflite-mediapipe file run by MediaPipe's TextEmbedder: MediaPipe tokenises each string (its
     SentencePiece, from the TFLite Metadata), one string per call; a query of ``batch`` strings is
@@ -411,6 +407,8 @@ class PeerRuntime:
 
 RUNTIMES = {"onnx": OnnxRuntime, "tflite": TfliteRuntime, "torch": TorchRuntime, "onnx-text": OnnxTextRuntime,
             "mediapipe": MediaPipeRuntime, "peer": PeerRuntime}
+# The frameworks a measured process may load: its result lists those it did (peak memory includes theirs).
+FRAMEWORKS = ("ai_edge_litert", "mediapipe", "onnxruntime", "tensorflow", "tflite_runtime", "torch")
 
 
 # ------------------------------------------------------------------ the measurement
